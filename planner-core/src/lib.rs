@@ -1,0 +1,1 @@
+//! planner-core: the sans-IO heart of shardplan (filled in below).

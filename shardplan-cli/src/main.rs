@@ -1,0 +1,2 @@
+//! The `shardplan` command line.
+fn main() {}
