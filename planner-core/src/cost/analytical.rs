@@ -1,0 +1,214 @@
+//! The analytical cost model: TorchRec's `EmbeddingPerfEstimator` for table-wise and column-wise
+//! shards on HBM with fused kernels (torchrec/distributed/planner/shard_estimators.py,
+//! `_get_tw_sharding_perf`, and constants.py). It needs no training and is the default until a
+//! trained profile is shipped.
+//!
+//! For a piece of `d` columns of a table with pooling factor `pf`, global batch `B`:
+//! ```text
+//! input_read   = ceil(B · pf · 8)                     # int64 indices (BIGINT_DTYPE)
+//! lookup       = B · pf · max(d, 32) · elem_bytes     # kernel reads at least 32 columns
+//! output_write = B · d · out_bytes
+//! penalty      = 1 if d >= 128, 1.15 if 64 <= d < 128, 1.75 if d < 64   # FULL/HALF/QUARTER block
+//! fwd_compute  = (input_read + lookup + output_write) · penalty / hbm_bw
+//! bwd_compute  = 2 · fwd_compute                       # BWD_COMPUTE_MULTIPLIER, fused optimizer
+//! fwd_comm     = B · d · a2a_bytes / comm_bw           # all-to-all of pooled outputs
+//! bwd_comm     = B · d · a2a_bytes / comm_bw           # all-to-all of their gradients
+//! ```
+//! TorchRec multiplies its per-rank batch (512 by default) by the world size; we use the global batch
+//! directly (65,536, the seeds' protocol). A device's compute is the sum over its pieces (TorchRec
+//! has no fusion effect), its comm depends on its dim sum only, and start delays are ignored.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ComputeSplit, CostModel, PieceRef};
+use crate::error::{Error, Result};
+use crate::table::ElementType;
+
+const GIB_F: f64 = (1u64 << 30) as f64;
+
+/// TorchRec `BIGINT_DTYPE`: bytes per input index.
+pub const INPUT_INDEX_BYTES: f64 = 8.0;
+/// TorchRec `FULL_BLOCK_EMB_DIM`.
+pub const FULL_BLOCK_EMB_DIM: u32 = 128;
+/// TorchRec `HALF_BLOCK_PENALTY` (64 <= dim < 128).
+pub const HALF_BLOCK_PENALTY: f64 = 1.15;
+/// TorchRec `QUARTER_BLOCK_PENALTY` (dim < 64).
+pub const QUARTER_BLOCK_PENALTY: f64 = 1.75;
+/// TorchRec `BWD_COMPUTE_MULTIPLIER`.
+pub const BWD_COMPUTE_MULTIPLIER: f64 = 2.0;
+/// Minimum columns a lookup reads (TorchRec: "minimum embedding dim is set to 32 due to kernel usage").
+pub const MIN_LOOKUP_DIM: u32 = 32;
+/// The seeds' global batch.
+pub const DEFAULT_GLOBAL_BATCH: u64 = 65_536;
+
+/// Bandwidths of one device type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HardwareProfile {
+    /// Short name (`torchrec`, `h100`, ...).
+    pub name: String,
+    /// Device memory bandwidth used by lookups.
+    pub hbm_bw_bytes_per_s: f64,
+    /// Bandwidth of the all-to-all between devices.
+    pub comm_bw_bytes_per_s: f64,
+}
+
+impl HardwareProfile {
+    /// TorchRec's defaults: `HBM_MEM_BW` 897 GiB/s, `INTRA_NODE_BANDWIDTH` 600 GiB/s.
+    #[must_use]
+    pub fn torchrec_default() -> Self {
+        Self { name: "torchrec".into(), hbm_bw_bytes_per_s: 897.0 * GIB_F, comm_bw_bytes_per_s: 600.0 * GIB_F }
+    }
+
+    /// Built-in profiles: `torchrec` (TorchRec's constants), `h100` (SXM: 3.35 TB/s HBM3, NVLink 4
+    /// at 450 GB/s per direction), `a100` (SXM 80 GB: 2.04 TB/s, NVLink 3 at 300 GB/s per direction),
+    /// `rtx2080ti` (the NeuroShard testbed: 616 GB/s GDDR6, PCIe 3.0 x16 at 16 GB/s per direction).
+    /// Vendor datasheet peaks; a measured profile is always better.
+    pub fn builtin(name: &str) -> Result<Self> {
+        let (hbm, comm) = match name {
+            "torchrec" => return Ok(Self::torchrec_default()),
+            "h100" => (3.35e12, 450e9),
+            "a100" => (2.039e12, 300e9),
+            "rtx2080ti" => (616e9, 16e9),
+            _ => {
+                return Err(Error::field("hardware", "profile", format!("{name:?}"), "one of torchrec, h100, a100, rtx2080ti"));
+            }
+        };
+        Ok(Self { name: name.into(), hbm_bw_bytes_per_s: hbm, comm_bw_bytes_per_s: comm })
+    }
+
+    /// Names accepted by [`HardwareProfile::builtin`].
+    pub const BUILTIN: &'static [&'static str] = &["torchrec", "h100", "a100", "rtx2080ti"];
+}
+
+/// TorchRec's perf estimator as a [`CostModel`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnalyticalModel {
+    /// Bandwidths.
+    pub hardware: HardwareProfile,
+    /// Global batch size (samples per step over all devices).
+    pub global_batch: u64,
+    /// Bytes per element of the pooled outputs and of the all-to-all (TorchRec: the output dtype; fp32).
+    pub a2a_bytes: f64,
+}
+
+impl Default for AnalyticalModel {
+    fn default() -> Self {
+        Self { hardware: HardwareProfile::torchrec_default(), global_batch: DEFAULT_GLOBAL_BATCH, a2a_bytes: 4.0 }
+    }
+}
+
+impl AnalyticalModel {
+    /// A model for `hardware` with the seeds' batch.
+    pub fn new(hardware: HardwareProfile, global_batch: u64) -> Result<Self> {
+        for (field, v) in [("hbm_bw_bytes_per_s", hardware.hbm_bw_bytes_per_s), ("comm_bw_bytes_per_s", hardware.comm_bw_bytes_per_s)] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(Error::field("hardware", field, v, "a positive bandwidth"));
+            }
+        }
+        if global_batch == 0 {
+            return Err(Error::field("analytical model", "global_batch", 0, "at least 1"));
+        }
+        Ok(Self { hardware, global_batch, a2a_bytes: 4.0 })
+    }
+
+    /// TorchRec's block-usage penalty for a shard of `dim` columns.
+    #[must_use]
+    pub fn block_penalty(dim: u32) -> f64 {
+        if dim >= FULL_BLOCK_EMB_DIM {
+            1.0
+        } else if dim >= 64 {
+            HALF_BLOCK_PENALTY
+        } else {
+            QUARTER_BLOCK_PENALTY
+        }
+    }
+
+    /// Forward compute of one piece, ms.
+    #[must_use]
+    pub fn piece_fwd_ms(&self, piece: &PieceRef<'_>) -> f64 {
+        let b = self.global_batch as f64;
+        let lookups = b * piece.table.pooling_factor;
+        let input_read = (lookups * INPUT_INDEX_BYTES).ceil();
+        let elem = piece.table.dtype.bytes() as f64;
+        let lookup = lookups * f64::from(piece.dim.max(MIN_LOOKUP_DIM)) * elem;
+        let out_bytes = match piece.table.dtype {
+            ElementType::Int8 => 4.0,
+            t => t.bytes() as f64,
+        };
+        let output_write = b * f64::from(piece.dim) * out_bytes;
+        (input_read + lookup + output_write) * Self::block_penalty(piece.dim) / self.hardware.hbm_bw_bytes_per_s * 1e3
+    }
+
+    fn comm_ms(&self, dims: &[f64]) -> Vec<f64> {
+        let per_dim = self.global_batch as f64 * self.a2a_bytes / self.hardware.comm_bw_bytes_per_s * 1e3;
+        dims.iter().map(|d| d * per_dim).collect()
+    }
+}
+
+impl CostModel for AnalyticalModel {
+    fn name(&self) -> String {
+        format!("analytical:{}", self.hardware.name)
+    }
+
+    fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64> {
+        Ok(set.iter().map(|p| self.piece_fwd_ms(p) * (1.0 + BWD_COMPUTE_MULTIPLIER)).sum())
+    }
+
+    fn compute_split(&self, set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
+        let fwd_ms: f64 = set.iter().map(|p| self.piece_fwd_ms(p)).sum();
+        Ok(Some(ComputeSplit { fwd_ms, bwd_ms: fwd_ms * BWD_COMPUTE_MULTIPLIER }))
+    }
+
+    fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.comm_ms(dims))
+    }
+
+    fn fw_comm_ms(&self, dims: &[f64], _delays_ms: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.comm_ms(dims))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{NUM_BINS, OptimizerState, TableSpec};
+
+    fn table(dim: u32, pf: f64) -> TableSpec {
+        TableSpec::new("t", "t".into(), 1000, dim, pf, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None).unwrap()
+    }
+
+    #[test]
+    fn hand_computed_piece_cost() {
+        // B = 65,536, pf = 10, d = 64, fp32, TorchRec bandwidths:
+        // (65,536·10·8 + 65,536·10·64·4 + 65,536·64·4) · 1.15 / (897 GiB/s) · 1e3 ms.
+        let m = AnalyticalModel::default();
+        let t = table(64, 10.0);
+        let bytes = 65_536.0 * 10.0 * 8.0 + 65_536.0 * 10.0 * 64.0 * 4.0 + 65_536.0 * 64.0 * 4.0;
+        let expected = bytes * 1.15 / (897.0 * GIB_F) * 1e3;
+        let got = m.piece_fwd_ms(&PieceRef { table: &t, dim: 64 });
+        assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
+        assert!((m.compute_ms(&[PieceRef { table: &t, dim: 64 }]).unwrap() - 3.0 * expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn small_dims_read_32_columns_and_pay_the_quarter_penalty() {
+        let m = AnalyticalModel::default();
+        let t = table(16, 4.0);
+        let a = m.piece_fwd_ms(&PieceRef { table: &t, dim: 16 });
+        let b = m.piece_fwd_ms(&PieceRef { table: &t, dim: 8 });
+        // The lookup term is the same (max(d, 32)); only the output term shrinks.
+        assert!(a > b && a < 1.1 * b);
+        assert_eq!(AnalyticalModel::block_penalty(128), 1.0);
+        assert_eq!(AnalyticalModel::block_penalty(64), 1.15);
+        assert_eq!(AnalyticalModel::block_penalty(32), 1.75);
+    }
+
+    #[test]
+    fn comm_is_linear_in_dim_sum() {
+        let m = AnalyticalModel::default();
+        let c = m.bw_comm_ms(&[0.0, 64.0, 128.0]).unwrap();
+        assert_eq!(c[0], 0.0);
+        assert!((c[2] - 2.0 * c[1]).abs() < 1e-12);
+        assert!(HardwareProfile::builtin("tpu").unwrap_err().to_string().contains("\"tpu\""));
+    }
+}

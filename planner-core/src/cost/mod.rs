@@ -1,0 +1,191 @@
+//! Cost models and the cost of a plan (SPEC section 1).
+//!
+//! A [`CostModel`] answers three questions: the compute time of a *set* of table pieces fused on one
+//! device (one prediction for the whole set: multi-table cost is not a sum of singles in general), and
+//! the backward and forward all-to-all times of every device given the per-device dim sums (and, for
+//! forward, the start delays). [`evaluate`] turns a plan into a [`PlanReport`] with NeuroShard's
+//! code-exact definition or DreamShard's four-phase sum.
+
+pub mod analytical;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::table::TableSpec;
+use crate::task::Task;
+
+pub use analytical::{AnalyticalModel, HardwareProfile};
+
+/// One piece of a table as a cost model sees it: the table's statistics and the piece's dim.
+#[derive(Debug, Clone, Copy)]
+pub struct PieceRef<'a> {
+    /// The table the piece belongs to.
+    pub table: &'a TableSpec,
+    /// Columns in this piece.
+    pub dim: u32,
+}
+
+/// Forward and backward parts of a compute cost, for models that can tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ComputeSplit {
+    /// Forward (lookup + pooling) time.
+    pub fwd_ms: f64,
+    /// Backward (gradient + fused update) time.
+    pub bwd_ms: f64,
+}
+
+/// A model of what a plan costs on some hardware.
+pub trait CostModel {
+    /// Name shown in reports (e.g. `analytical:torchrec`).
+    fn name(&self) -> String;
+    /// Time of one fused forward + backward over all `set` pieces on one device, in ms.
+    fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64>;
+    /// The forward/backward parts of [`CostModel::compute_ms`], when the model knows them.
+    fn compute_split(&self, _set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
+        Ok(None)
+    }
+    /// Backward all-to-all time of every device, given per-device dim sums.
+    fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>>;
+    /// Forward all-to-all time of every device, given per-device dim sums and start delays (ms).
+    fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> Result<Vec<f64>>;
+}
+
+/// Which definition of a plan's cost to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CostDefinition {
+    /// NeuroShard (code-exact): forward comm sees the start delays that compute + backward comm create.
+    #[default]
+    NeuroShard,
+    /// DreamShard: max over devices of the four phases' sum, no delays.
+    FourPhase,
+}
+
+/// What one device does under a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    /// Device index.
+    pub device: usize,
+    /// Labels of the pieces on it (`name` or `name[cols a..b]`).
+    pub pieces: Vec<String>,
+    /// Bytes of its pieces.
+    pub bytes: u64,
+    /// Its memory cap.
+    pub mem_cap_bytes: u64,
+    /// Sum of its pieces' dims.
+    pub dim_sum: u64,
+    /// Fused compute time.
+    pub compute_ms: f64,
+    /// Forward/backward parts of `compute_ms`, when the model knows them.
+    pub compute_split: Option<ComputeSplit>,
+    /// Forward all-to-all time.
+    pub fw_comm_ms: f64,
+    /// Backward all-to-all time.
+    pub bw_comm_ms: f64,
+    /// Start delay fed to the forward comm model (NeuroShard definition; 0 otherwise).
+    pub delay_ms: f64,
+    /// `compute_ms + fw_comm_ms + bw_comm_ms`.
+    pub total_ms: f64,
+}
+
+/// The cost of a plan and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Cost model that produced the numbers.
+    pub cost_model: String,
+    /// Definition used.
+    pub definition: CostDefinition,
+    /// Max over devices of `total_ms` (the step time of the embedding part).
+    pub cost_ms: f64,
+    /// Device with the largest total.
+    pub bottleneck_device: usize,
+    /// Whether every device is within its memory cap.
+    pub feasible: bool,
+    /// One line per violated cap.
+    pub violations: Vec<String>,
+    /// Per-device breakdown.
+    pub devices: Vec<DeviceReport>,
+}
+
+/// Computes a plan's report under `model` and `definition`.
+pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: CostDefinition) -> Result<PlanReport> {
+    let n = task.devices.count();
+    let by_device = plan.pieces_by_device(n);
+    let pieces = plan.pieces();
+    let mut devices = Vec::with_capacity(n);
+    let mut violations = Vec::new();
+    for (device, idx) in by_device.iter().enumerate() {
+        let set: Vec<PieceRef<'_>> =
+            idx.iter().map(|&i| PieceRef { table: &task.tables[pieces[i].table_id], dim: pieces[i].dim }).collect();
+        let bytes: u64 = set.iter().map(|p| p.table.piece_bytes(p.dim)).sum();
+        let cap = task.devices.mem_cap_bytes()[device];
+        if bytes > cap {
+            violations.push(format!("device {device}: {bytes} bytes placed, cap {cap}"));
+        }
+        let labels = idx
+            .iter()
+            .map(|&i| {
+                let p = pieces[i];
+                let t = &task.tables[p.table_id];
+                if p.dim == t.dim { t.name.clone() } else { format!("{}[cols {}..{}]", t.name, p.col_offset, p.col_offset + p.dim) }
+            })
+            .collect();
+        devices.push(DeviceReport {
+            device,
+            pieces: labels,
+            bytes,
+            mem_cap_bytes: cap,
+            dim_sum: set.iter().map(|p| u64::from(p.dim)).sum(),
+            compute_ms: model.compute_ms(&set)?,
+            compute_split: model.compute_split(&set)?,
+            fw_comm_ms: 0.0,
+            bw_comm_ms: 0.0,
+            delay_ms: 0.0,
+            total_ms: 0.0,
+        });
+    }
+    let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
+    let bw = model.bw_comm_ms(&dims)?;
+    check_len(model, "backward comm", &bw, n)?;
+    let delays: Vec<f64> = match definition {
+        CostDefinition::NeuroShard => {
+            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
+            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
+            start.iter().map(|s| s - min).collect()
+        }
+        CostDefinition::FourPhase => vec![0.0; n],
+    };
+    let fw = model.fw_comm_ms(&dims, &delays)?;
+    check_len(model, "forward comm", &fw, n)?;
+    for (i, d) in devices.iter_mut().enumerate() {
+        d.bw_comm_ms = bw[i];
+        d.fw_comm_ms = fw[i];
+        d.delay_ms = delays[i];
+        d.total_ms = d.compute_ms + d.bw_comm_ms + d.fw_comm_ms;
+    }
+    let (bottleneck_device, cost_ms) = devices
+        .iter()
+        .map(|d| d.total_ms)
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (i, c)| if c > best.1 { (i, c) } else { best });
+    Ok(PlanReport {
+        cost_model: model.name(),
+        definition,
+        cost_ms,
+        bottleneck_device,
+        feasible: violations.is_empty(),
+        violations,
+        devices,
+    })
+}
+
+fn check_len(model: &dyn CostModel, what: &str, v: &[f64], n: usize) -> Result<()> {
+    if v.len() == n && v.iter().all(|x| x.is_finite()) {
+        return Ok(());
+    }
+    Err(Error::CostModel {
+        model: model.name(),
+        message: format!("{what} returned {} values for {n} devices (all finite: {})", v.len(), v.iter().all(|x| x.is_finite())),
+    })
+}

@@ -1,0 +1,92 @@
+//! The one error type of planner-core.
+
+/// Everything planner-core can refuse, each variant naming what the caller can act on.
+///
+/// Messages name the field, the offending value and what is allowed, so a CLI or a browser can show
+/// them as they are.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A field of an input record holds a value outside its allowed range.
+    #[error("{context}: field `{field}` = {value} is invalid: {allowed}")]
+    InvalidField {
+        /// Where the record came from (e.g. "table 3 (`t17`)", "devices").
+        context: String,
+        /// The field's name as the user wrote it.
+        field: String,
+        /// The rejected value, as text.
+        value: String,
+        /// What would have been accepted.
+        allowed: String,
+    },
+    /// An input file could not be parsed at all.
+    #[error("{context}: {message}")]
+    Parse {
+        /// Which input (e.g. "tables CSV line 4").
+        context: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A piece of a table fits on no device, so no valid plan exists for this planner.
+    #[error(
+        "table `{table}` (piece of {need_bytes} bytes) fits on no device: the largest free memory is {best_free_bytes} bytes"
+    )]
+    NoFit {
+        /// The table's name.
+        table: String,
+        /// Bytes the piece needs.
+        need_bytes: u64,
+        /// The most free memory left on any device when it was placed.
+        best_free_bytes: u64,
+    },
+    /// A plan does not describe the task it claims to plan.
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+    /// No planner with this name is registered.
+    #[error("unknown planner `{name}`; known planners: {known}")]
+    UnknownPlanner {
+        /// The requested name.
+        name: String,
+        /// Comma-separated registered names.
+        known: String,
+    },
+    /// No cost model with this name is known.
+    #[error("unknown cost model `{name}`; known cost models: {known}")]
+    UnknownCostModel {
+        /// The requested name.
+        name: String,
+        /// Comma-separated known names.
+        known: String,
+    },
+    /// A cost model could not produce a cost (bad output shape, non-finite value, failed inference).
+    #[error("cost model `{model}`: {message}")]
+    CostModel {
+        /// The model's name.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A task sampler could not produce a task under its constraints.
+    #[error("task sampling failed: {0}")]
+    Sampling(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidField`].
+    pub fn field(
+        context: impl Into<String>,
+        field: impl Into<String>,
+        value: impl ToString,
+        allowed: impl Into<String>,
+    ) -> Self {
+        Self::InvalidField {
+            context: context.into(),
+            field: field.into(),
+            value: value.to_string(),
+            allowed: allowed.into(),
+        }
+    }
+}
+
+/// Result alias of planner-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,290 @@
+//! Embedding tables: validated specs, element types and optimizer state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Number of access-distribution bins (SPEC section 2): bin k counts distinct accessed rows whose
+/// access count in one batch falls in (2^(k-1), 2^k], bin 0 = (0,1], bin 16 = > 32,768.
+pub const NUM_BINS: usize = 17;
+
+/// Element type of a table's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ElementType {
+    /// 4-byte float (the NeuroShard protocol).
+    #[default]
+    Fp32,
+    /// 2-byte float (the DreamShard and AutoShard protocols).
+    Fp16,
+    /// 1-byte integer (quantised tables).
+    Int8,
+}
+
+impl ElementType {
+    /// Bytes per weight element.
+    #[must_use]
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Fp32 => 4,
+            Self::Fp16 => 2,
+            Self::Int8 => 1,
+        }
+    }
+
+    /// Parses `fp32`, `fp16` or `int8` (case-insensitive); `field` names the input in the error.
+    pub fn parse(context: &str, field: &str, text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "fp32" | "float32" | "float" => Ok(Self::Fp32),
+            "fp16" | "float16" | "half" => Ok(Self::Fp16),
+            "int8" => Ok(Self::Int8),
+            _ => Err(Error::field(context, field, format!("{text:?}"), "one of fp32, fp16, int8")),
+        }
+    }
+}
+
+/// Optimizer state kept next to a table's weights (it counts towards device memory).
+///
+/// State is kept in fp32 whatever the weight type, as FBGEMM's fused optimizers do by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerState {
+    /// Plain SGD: no state (the seeds' setting).
+    #[default]
+    None,
+    /// Row-wise Adagrad: one fp32 accumulator per row.
+    RowwiseAdagrad,
+    /// Adam: two fp32 moments per weight.
+    Adam,
+}
+
+impl OptimizerState {
+    /// State bytes for a piece of `rows` × `dim`.
+    #[must_use]
+    pub fn state_bytes(self, rows: u64, dim: u32) -> u64 {
+        match self {
+            Self::None => 0,
+            Self::RowwiseAdagrad => rows * 4,
+            Self::Adam => 2 * rows * u64::from(dim) * 4,
+        }
+    }
+
+    /// Parses `none`, `rowwise_adagrad` or `adam`; `field` names the input in the error.
+    pub fn parse(context: &str, field: &str, text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "" | "none" | "sgd" => Ok(Self::None),
+            "rowwise_adagrad" | "row_wise_adagrad" => Ok(Self::RowwiseAdagrad),
+            "adam" => Ok(Self::Adam),
+            _ => Err(Error::field(context, field, format!("{text:?}"), "one of none, rowwise_adagrad, adam")),
+        }
+    }
+}
+
+/// A validated embedding table. Construct it with [`TableSpec::new`] (or deserialize a
+/// [`TableInput`] and call [`TableInput::validate`]); every instance satisfies the invariants
+/// checked there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TableSpec {
+    /// Unique name within a task.
+    pub name: String,
+    /// Number of rows (hash size).
+    pub rows: u64,
+    /// Embedding dimension (columns); a positive multiple of 4.
+    pub dim: u32,
+    /// Mean lookups per sample (bag length).
+    pub pooling_factor: f64,
+    /// Access-distribution bins (fractions; all zero for a table with no lookups).
+    pub bins: [f64; NUM_BINS],
+    /// Weight element type.
+    pub dtype: ElementType,
+    /// Optimizer state stored with the weights.
+    pub optimizer: OptimizerState,
+}
+
+/// Largest accepted dimension: well above any real embedding table, small enough that sizes cannot
+/// overflow `u64` together with `MAX_ROWS`.
+pub const MAX_DIM: u32 = 1 << 16;
+/// Largest accepted row count (2^40).
+pub const MAX_ROWS: u64 = 1 << 40;
+
+impl TableSpec {
+    /// Validates and builds a table spec. `context` says where the record came from for errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        context: &str,
+        name: String,
+        rows: u64,
+        dim: u32,
+        pooling_factor: f64,
+        bins: [f64; NUM_BINS],
+        dtype: ElementType,
+        optimizer: OptimizerState,
+    ) -> Result<Self> {
+        if name.trim().is_empty() {
+            return Err(Error::field(context, "name", "\"\"", "a non-empty name"));
+        }
+        if rows == 0 || rows > MAX_ROWS {
+            return Err(Error::field(context, "rows", rows, format!("an integer in 1..={MAX_ROWS}")));
+        }
+        if dim == 0 || dim % 4 != 0 || dim > MAX_DIM {
+            return Err(Error::field(context, "dim", dim, format!("a positive multiple of 4, at most {MAX_DIM}")));
+        }
+        if !pooling_factor.is_finite() || pooling_factor < 0.0 {
+            return Err(Error::field(context, "pooling_factor", pooling_factor, "a finite number >= 0"));
+        }
+        for (k, &b) in bins.iter().enumerate() {
+            if !b.is_finite() || !(0.0..=1.0 + 1e-9).contains(&b) {
+                return Err(Error::field(context, format!("bin_{k}"), b, "a fraction in [0, 1]"));
+            }
+        }
+        let sum: f64 = bins.iter().sum();
+        if sum != 0.0 && (sum - 1.0).abs() > 1e-3 {
+            return Err(Error::field(
+                context,
+                "bins",
+                format!("sum {sum:.6}"),
+                "fractions summing to 1 (or all 0 for a table with no lookups), within 1e-3",
+            ));
+        }
+        Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer })
+    }
+
+    /// Bytes of one piece of this table with `dim` columns: weights plus optimizer state.
+    #[must_use]
+    pub fn piece_bytes(&self, dim: u32) -> u64 {
+        self.rows * u64::from(dim) * self.dtype.bytes() + self.optimizer.state_bytes(self.rows, dim)
+    }
+
+    /// Bytes of the whole table.
+    #[must_use]
+    pub fn size_bytes(&self) -> u64 {
+        self.piece_bytes(self.dim)
+    }
+}
+
+/// A table as written in a JSON input (the unvalidated first stage of parsing).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableInput {
+    /// Unique name; defaults to `t<index>` when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Number of rows.
+    pub rows: u64,
+    /// Embedding dimension.
+    pub dim: u32,
+    /// Mean lookups per sample.
+    pub pooling_factor: f64,
+    /// 17 access-distribution bins; when absent, every row is taken as accessed once (all mass in bin 0).
+    #[serde(default)]
+    pub bins: Option<Vec<f64>>,
+    /// `fp32` (default), `fp16` or `int8`.
+    #[serde(default)]
+    pub dtype: ElementType,
+    /// `none` (default), `rowwise_adagrad` or `adam`.
+    #[serde(default)]
+    pub optimizer: OptimizerState,
+}
+
+impl TableInput {
+    /// Validates the record; `index` is its position in the input, used for the default name and errors.
+    pub fn validate(self, index: usize) -> Result<TableSpec> {
+        let name = self.name.unwrap_or_else(|| format!("t{index}"));
+        let context = format!("table {index} (`{name}`)");
+        let bins = bins_from_slice(&context, self.bins.as_deref(), self.pooling_factor)?;
+        TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)
+    }
+}
+
+impl From<&TableSpec> for TableInput {
+    fn from(t: &TableSpec) -> Self {
+        Self {
+            name: Some(t.name.clone()),
+            rows: t.rows,
+            dim: t.dim,
+            pooling_factor: t.pooling_factor,
+            bins: Some(t.bins.to_vec()),
+            dtype: t.dtype,
+            optimizer: t.optimizer,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TableSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let input = TableInput::deserialize(d)?;
+        let name = input.name.clone();
+        input.validate(0).map_err(|e| {
+            serde::de::Error::custom(match name {
+                Some(_) => e.to_string(),
+                None => format!("{e} (tables inside a plan must carry their name)"),
+            })
+        })
+    }
+}
+
+/// Turns an optional bin list into the fixed array; absent bins mean "each accessed row once".
+pub(crate) fn bins_from_slice(context: &str, bins: Option<&[f64]>, pooling_factor: f64) -> Result<[f64; NUM_BINS]> {
+    let mut out = [0.0; NUM_BINS];
+    match bins {
+        Some(b) if b.len() == NUM_BINS => out.copy_from_slice(b),
+        Some(b) => {
+            return Err(Error::field(context, "bins", format!("{} values", b.len()), format!("exactly {NUM_BINS} values")));
+        }
+        None if pooling_factor > 0.0 => out[0] = 1.0,
+        None => {}
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(rows: u64, dim: u32, pf: f64) -> Result<TableSpec> {
+        let mut bins = [0.0; NUM_BINS];
+        bins[0] = 1.0;
+        TableSpec::new("test", "t".into(), rows, dim, pf, bins, ElementType::Fp32, OptimizerState::None)
+    }
+
+    #[test]
+    fn rejects_bad_fields_naming_them() {
+        for (res, field) in [
+            (table(0, 4, 1.0), "rows"),
+            (table(10, 6, 1.0), "dim"),
+            (table(10, 0, 1.0), "dim"),
+            (table(10, 4, -1.0), "pooling_factor"),
+            (table(10, 4, f64::NAN), "pooling_factor"),
+        ] {
+            let msg = res.unwrap_err().to_string();
+            assert!(msg.contains(&format!("`{field}`")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn sizes_include_optimizer_state() {
+        let mut t = table(1000, 64, 2.0).unwrap();
+        assert_eq!(t.size_bytes(), 1000 * 64 * 4);
+        t.optimizer = OptimizerState::RowwiseAdagrad;
+        assert_eq!(t.size_bytes(), 1000 * 64 * 4 + 1000 * 4);
+        t.optimizer = OptimizerState::Adam;
+        t.dtype = ElementType::Fp16;
+        assert_eq!(t.piece_bytes(32), 1000 * 32 * 2 + 2 * 1000 * 32 * 4);
+    }
+
+    #[test]
+    fn bins_must_sum_to_one_or_zero() {
+        let mut bins = [0.0; NUM_BINS];
+        bins[0] = 0.5;
+        let e = TableSpec::new("x", "t".into(), 1, 4, 1.0, bins, ElementType::Fp32, OptimizerState::None);
+        assert!(e.unwrap_err().to_string().contains("bins"));
+        let zero = TableSpec::new("x", "t".into(), 1, 4, 0.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None);
+        assert!(zero.is_ok());
+    }
+
+    #[test]
+    fn json_input_rejects_unknown_fields() {
+        let e = serde_json::from_str::<TableInput>(r#"{"rows": 1, "dim": 4, "pooling_factor": 1, "colour": 3}"#);
+        assert!(e.unwrap_err().to_string().contains("colour"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Human-readable byte sizes (`4GiB`, `512MiB`, `1.5GB`, `1048576`).
+
+use crate::error::{Error, Result};
+
+/// One gibibyte (2^30 bytes); the seeds' "4 GB" memory caps are 4 GiB.
+pub const GIB: u64 = 1 << 30;
+
+/// Parses a byte size: a plain integer (bytes) or a number followed by a unit
+/// (`B`, `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`; decimal units are powers of 1000,
+/// binary ones powers of 1024; case-insensitive). `field` names the input in the error.
+pub fn parse_bytes(field: &str, text: &str) -> Result<u64> {
+    let bad = |why: &str| Error::field("size", field, format!("{text:?}"), why.to_string());
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"));
+    }
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "kib" => 1 << 10,
+        "mb" | "m" => 1_000_000,
+        "mib" => 1 << 20,
+        "gb" | "g" => 1_000_000_000,
+        "gib" => GIB,
+        "tb" | "t" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        _ => return Err(bad("unknown unit; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB")),
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"))?;
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(bad("must be at least 1 byte"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Formats bytes with a binary unit, e.g. `3.75 GiB`.
+#[must_use]
+pub fn format_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    if bytes >= GIB {
+        format!("{:.2} GiB", b / GIB as f64)
+    } else if bytes >= 1 << 20 {
+        format!("{:.1} MiB", b / f64::from(1u32 << 20))
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str, expected: Option<u64>) {
+        assert_eq!(parse_bytes("--mem", text).ok(), expected, "{text}");
+    }
+
+    #[test]
+    fn parses_units() {
+        check("4GiB", Some(4 * GIB));
+        check("512MiB", Some(512 << 20));
+        check("1073741824", Some(GIB));
+        check("1.5gb", Some(1_500_000_000));
+        check(" 2 GiB ", Some(2 * GIB));
+        check("0", None); // a zero cap can hold nothing
+        check("-1GiB", None);
+        check("4XB", None);
+        check("GiB", None);
+        check("", None);
+    }
+
+    #[test]
+    fn error_names_field_and_value() {
+        let e = parse_bytes("--mem", "4 parsecs").unwrap_err().to_string();
+        assert!(e.contains("--mem") && e.contains("4 parsecs"), "{e}");
+    }
+}
