@@ -38,7 +38,8 @@ impl PlanDocument {
 
     /// Parses and validates a document (schema tag, task, plan).
     pub fn from_json(text: &str) -> Result<(Self, Plan)> {
-        let doc: Self = serde_json::from_str(text).map_err(|e| Error::Parse { context: "plan JSON".into(), message: e.to_string() })?;
+        let doc: Self = serde_json::from_str(text)
+            .map_err(|e| Error::Parse { context: "plan JSON".into(), message: e.to_string() })?;
         if doc.schema != PLAN_SCHEMA {
             return Err(Error::field("plan JSON", "schema", format!("{:?}", doc.schema), format!("{PLAN_SCHEMA:?}")));
         }

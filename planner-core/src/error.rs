@@ -76,7 +76,7 @@ impl Error {
     pub fn field(
         context: impl Into<String>,
         field: impl Into<String>,
-        value: impl ToString,
+        value: impl std::fmt::Display,
         allowed: impl Into<String>,
     ) -> Self {
         Self::InvalidField {

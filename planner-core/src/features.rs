@@ -45,6 +45,7 @@ impl FeatureSchema {
 
     /// Vector length.
     #[must_use]
+    #[allow(clippy::len_without_is_empty)] // a schema is never empty
     pub fn len(self) -> usize {
         match self {
             Self::NeuroShard20 => NEUROSHARD_LEN,
@@ -115,10 +116,8 @@ pub fn neuroshard_pool_normalisation() -> Result<&'static Normalisation> {
 /// `pooling_factor` and `size` z-scored within the task.
 #[must_use]
 pub fn dreamshard_task_features(tables: &[(&TableSpec, u32)]) -> Vec<[f32; DREAMSHARD_LEN]> {
-    let raw: Vec<[f64; 3]> = tables
-        .iter()
-        .map(|(t, dim)| [t.rows as f64, t.pooling_factor, t.piece_bytes(*dim) as f64])
-        .collect();
+    let raw: Vec<[f64; 3]> =
+        tables.iter().map(|(t, dim)| [t.rows as f64, t.pooling_factor, t.piece_bytes(*dim) as f64]).collect();
     let norm = Normalisation::fit(&raw.iter().map(|r| r.to_vec()).collect::<Vec<_>>());
     tables
         .iter()

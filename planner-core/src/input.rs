@@ -46,7 +46,12 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
     let bin_cols: Vec<Option<usize>> = (0..NUM_BINS).map(|k| col(&format!("bin_{k}"))).collect();
     let n_bins = bin_cols.iter().filter(|c| c.is_some()).count();
     if n_bins != 0 && n_bins != NUM_BINS {
-        return Err(Error::field("tables CSV header", "bin_*", format!("{n_bins} bin columns"), "all of bin_0..bin_16 or none"));
+        return Err(Error::field(
+            "tables CSV header",
+            "bin_*",
+            format!("{n_bins} bin columns"),
+            "all of bin_0..bin_16 or none",
+        ));
     }
     let (name_col, id_col, dtype_col, opt_col) = (col("name"), col("table_id"), col("dtype"), col("optimizer"));
 
@@ -60,12 +65,16 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
             get(c).parse::<f64>().map_err(|_| Error::field(&context, field, format!("{:?}", get(c)), "a number"))
         };
         let int = |c: usize, field: &str| -> Result<u64> {
-            get(c).parse::<u64>().map_err(|_| Error::field(&context, field, format!("{:?}", get(c)), "a non-negative integer"))
+            get(c)
+                .parse::<u64>()
+                .map_err(|_| Error::field(&context, field, format!("{:?}", get(c)), "a non-negative integer"))
         };
         let rows = int(rows_col, "rows")?;
         let pooling_factor = num(pf_col, "pooling_factor")?;
         let dim = match dim_col {
-            Some(c) => u32::try_from(int(c, "dim")?).map_err(|_| Error::field(&context, "dim", get(c), "at most 65536"))?,
+            Some(c) => {
+                u32::try_from(int(c, "dim")?).map_err(|_| Error::field(&context, "dim", get(c), "at most 65536"))?
+            }
             None => default_dim.unwrap_or(0),
         };
         let name = match (name_col, id_col) {
@@ -91,7 +100,16 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
             Some(c) => OptimizerState::parse(&context, "optimizer", get(c))?,
             None => OptimizerState::None,
         };
-        out.push(TableSpec::new(&format!("{context} (`{name}`)"), name, rows, dim, pooling_factor, bins, dtype, optimizer)?);
+        out.push(TableSpec::new(
+            &format!("{context} (`{name}`)"),
+            name,
+            rows,
+            dim,
+            pooling_factor,
+            bins,
+            dtype,
+            optimizer,
+        )?);
     }
     check_unique_names(&out)?;
     Ok(out)

@@ -38,7 +38,10 @@ impl Plan {
         let mut next = vec![0u32; n_tables];
         for p in &pieces {
             let Some(table) = task.tables.get(p.table_id) else {
-                return Err(Error::InvalidPlan(format!("piece names table_id {} but the task has {n_tables} tables", p.table_id)));
+                return Err(Error::InvalidPlan(format!(
+                    "piece names table_id {} but the task has {n_tables} tables",
+                    p.table_id
+                )));
             };
             let name = &table.name;
             if p.device >= n_dev {
@@ -76,7 +79,11 @@ impl Plan {
     /// Every table unsplit, table `t` on `devices[t]`.
     pub fn unsplit(task: &Task, devices: &[usize]) -> Result<Self> {
         if devices.len() != task.tables.len() {
-            return Err(Error::InvalidPlan(format!("{} devices given for {} tables", devices.len(), task.tables.len())));
+            return Err(Error::InvalidPlan(format!(
+                "{} devices given for {} tables",
+                devices.len(),
+                task.tables.len()
+            )));
         }
         let pieces = task
             .tables
@@ -129,7 +136,8 @@ mod tests {
 
     fn task() -> Task {
         let t = |name: &str, dim| {
-            TableSpec::new("t", name.into(), 100, dim, 1.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None).unwrap()
+            TableSpec::new("t", name.into(), 100, dim, 1.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+                .unwrap()
         };
         Task::new(vec![t("a", 32), t("b", 8)], Devices::uniform(2, 1 << 20).unwrap()).unwrap()
     }

@@ -126,7 +126,7 @@ impl TableSpec {
         if rows == 0 || rows > MAX_ROWS {
             return Err(Error::field(context, "rows", rows, format!("an integer in 1..={MAX_ROWS}")));
         }
-        if dim == 0 || dim % 4 != 0 || dim > MAX_DIM {
+        if dim == 0 || !dim.is_multiple_of(4) || dim > MAX_DIM {
             return Err(Error::field(context, "dim", dim, format!("a positive multiple of 4, at most {MAX_DIM}")));
         }
         if !pooling_factor.is_finite() || pooling_factor < 0.0 {
@@ -229,7 +229,12 @@ pub(crate) fn bins_from_slice(context: &str, bins: Option<&[f64]>, pooling_facto
     match bins {
         Some(b) if b.len() == NUM_BINS => out.copy_from_slice(b),
         Some(b) => {
-            return Err(Error::field(context, "bins", format!("{} values", b.len()), format!("exactly {NUM_BINS} values")));
+            return Err(Error::field(
+                context,
+                "bins",
+                format!("{} values", b.len()),
+                format!("exactly {NUM_BINS} values"),
+            ));
         }
         None if pooling_factor > 0.0 => out[0] = 1.0,
         None => {}

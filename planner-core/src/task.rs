@@ -91,7 +91,7 @@ impl Task {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
-    /// NeuroShard Table 1/5: fp32, 4 GiB caps, dims from {4..max_dim}, T in [2.5·D, 15·D).
+    /// NeuroShard Table 1/5: fp32, 4 GiB caps, dims from {4..`max_dim`}, T in [2.5·D, 15·D).
     NeuroShard,
     /// DreamShard: fp16, 4 devices, 5 GiB caps, every table at dim 16, 10..=100 tables from one half of the pool.
     DreamShard,
@@ -170,7 +170,7 @@ pub struct SuiteTask {
 /// Schema tag of one task line in a suite file.
 pub const TASK_SCHEMA: &str = "shardplan.task/v1";
 
-/// Derives the seed of task `index` from a suite's base seed (SplitMix64 finaliser).
+/// Derives the seed of task `index` from a suite's base seed (`SplitMix64` finaliser).
 #[must_use]
 pub fn task_seed(base: u64, index: usize) -> u64 {
     let mut z = base ^ (index as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -231,7 +231,9 @@ impl SuiteSpec {
                 let (lo, hi) = self.tables.unwrap_or((d * 10 / 4, d * 60 / 4));
                 let dims: Vec<u32> = (2..=7).map(|j| 1u32 << j).filter(|&x| x <= self.max_dim).collect();
                 let budget = (d as u64 * 4 - 1) * GIB;
-                draw(&mut rng, pool, &ids, (lo, hi), &dims, ElementType::Fp32, budget, |_| Devices::uniform(d, 4 * GIB))?
+                draw(&mut rng, pool, &ids, (lo, hi), &dims, ElementType::Fp32, budget, |_| {
+                    Devices::uniform(d, 4 * GIB)
+                })?
             }
             Protocol::DreamShard => {
                 let d = self.devices;
@@ -288,6 +290,30 @@ fn draw(
         return Ok((Task::new(tables, devices(t)?)?, pool_ids));
     }
     Err(Error::Sampling(format!("no draw of {lo}..{hi} tables fit {budget} bytes in {MAX_TRIES} tries")))
+}
+
+/// Most tables [`sample_pool_tables`] draws.
+pub const MAX_SAMPLED_TABLES: usize = 100_000;
+
+/// Draws `n` tables from the pool with replacement, each at a dim drawn uniformly from the powers of
+/// two in 4..=`max_dim`, fp32 (named `t<k>_p<pool id>`).
+pub fn sample_pool_tables(n: usize, max_dim: u32, seed: u64) -> Result<Vec<TableSpec>> {
+    if n == 0 || n > MAX_SAMPLED_TABLES {
+        return Err(Error::field("pool sample", "tables", n, format!("1..={MAX_SAMPLED_TABLES}")));
+    }
+    if !(4..=128).contains(&max_dim) || !max_dim.is_power_of_two() {
+        return Err(Error::field("pool sample", "max_dim", max_dim, "a power of two in 4..=128"));
+    }
+    let pool = dlrm_pool()?;
+    let dims: Vec<u32> = (2..=7).map(|j| 1u32 << j).filter(|&x| x <= max_dim).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|k| {
+            let id = rng.random_range(0..pool.len());
+            let dim = dims[rng.random_range(0..dims.len())];
+            pool[id].at_dim(format!("t{k}_p{id}"), dim, ElementType::Fp32)
+        })
+        .collect()
 }
 
 /// A task as written in task files: tables in our JSON record form.

@@ -11,9 +11,7 @@ pub const GIB: u64 = 1 << 30;
 pub fn parse_bytes(field: &str, text: &str) -> Result<u64> {
     let bad = |why: &str| Error::field("size", field, format!("{text:?}"), why.to_string());
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
         return Err(bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"));
@@ -30,9 +28,7 @@ pub fn parse_bytes(field: &str, text: &str) -> Result<u64> {
         "tib" => 1 << 40,
         _ => return Err(bad("unknown unit; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB")),
     };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"))?;
+    let value: f64 = num.parse().map_err(|_| bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"))?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
         return Err(bad("must be at least 1 byte"));

@@ -1,2 +1,68 @@
-//! The `shardplan` command line.
-fn main() {}
+//! `shardplan`: the command line of shardplan.
+//!
+//! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
+//! `eval` (run planners over a suite), `list` (planners and cost models). Arguments are parsed in two
+//! stages: clap turns the command line into raw values, and planner-core's constructors validate them
+//! into spec types, so every refusal names the field and the value. Errors print their whole chain and
+//! exit with status 1 (usage errors: 2, from clap).
+
+mod common;
+mod eval_cmd;
+mod plan_cmd;
+mod tasks_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Plan how to shard embedding tables across GPUs.
+#[derive(Parser)]
+#[command(name = "shardplan", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan one task (tables from a file or the built-in pool) and print the per-device costs.
+    Plan(plan_cmd::PlanArgs),
+    /// Write a seeded task suite (JSON Lines) for a seed paper's protocol.
+    Tasks(tasks_cmd::TasksArgs),
+    /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
+    Eval(eval_cmd::EvalArgs),
+    /// List the registered planners and cost models.
+    List,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Plan(a) => plan_cmd::run(a),
+        Command::Tasks(a) => tasks_cmd::run(a),
+        Command::Eval(a) => eval_cmd::run(a),
+        Command::List => {
+            list();
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn list() {
+    println!("planners:");
+    for e in planner_core::REGISTRY {
+        println!("  {:<12} {}", e.name, e.summary);
+    }
+    println!("cost models:");
+    println!(
+        "  analytical   TorchRec's perf estimator; hardware profiles: {}",
+        planner_core::HardwareProfile::BUILTIN.join(", ")
+    );
+}

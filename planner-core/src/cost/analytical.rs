@@ -1,5 +1,5 @@
 //! The analytical cost model: TorchRec's `EmbeddingPerfEstimator` for table-wise and column-wise
-//! shards on HBM with fused kernels (torchrec/distributed/planner/shard_estimators.py,
+//! shards on HBM with fused kernels (`torchrec/distributed/planner/shard_estimators.py`,
 //! `_get_tw_sharding_perf`, and constants.py). It needs no training and is the default until a
 //! trained profile is shipped.
 //!
@@ -59,9 +59,9 @@ impl HardwareProfile {
         Self { name: "torchrec".into(), hbm_bw_bytes_per_s: 897.0 * GIB_F, comm_bw_bytes_per_s: 600.0 * GIB_F }
     }
 
-    /// Built-in profiles: `torchrec` (TorchRec's constants), `h100` (SXM: 3.35 TB/s HBM3, NVLink 4
-    /// at 450 GB/s per direction), `a100` (SXM 80 GB: 2.04 TB/s, NVLink 3 at 300 GB/s per direction),
-    /// `rtx2080ti` (the NeuroShard testbed: 616 GB/s GDDR6, PCIe 3.0 x16 at 16 GB/s per direction).
+    /// Built-in profiles: `torchrec` (TorchRec's constants), `h100` (SXM: 3.35 TB/s HBM3, `NVLink` 4
+    /// at 450 GB/s per direction), `a100` (SXM 80 GB: 2.04 TB/s, `NVLink` 3 at 300 GB/s per direction),
+    /// `rtx2080ti` (the NeuroShard testbed: 616 GB/s `GDDR6`, `PCIe` 3.0 x16 at 16 GB/s per direction).
     /// Vendor datasheet peaks; a measured profile is always better.
     pub fn builtin(name: &str) -> Result<Self> {
         let (hbm, comm) = match name {
@@ -70,7 +70,12 @@ impl HardwareProfile {
             "a100" => (2.039e12, 300e9),
             "rtx2080ti" => (616e9, 16e9),
             _ => {
-                return Err(Error::field("hardware", "profile", format!("{name:?}"), "one of torchrec, h100, a100, rtx2080ti"));
+                return Err(Error::field(
+                    "hardware",
+                    "profile",
+                    format!("{name:?}"),
+                    "one of torchrec, h100, a100, rtx2080ti",
+                ));
             }
         };
         Ok(Self { name: name.into(), hbm_bw_bytes_per_s: hbm, comm_bw_bytes_per_s: comm })
@@ -100,7 +105,9 @@ impl Default for AnalyticalModel {
 impl AnalyticalModel {
     /// A model for `hardware` with the seeds' batch.
     pub fn new(hardware: HardwareProfile, global_batch: u64) -> Result<Self> {
-        for (field, v) in [("hbm_bw_bytes_per_s", hardware.hbm_bw_bytes_per_s), ("comm_bw_bytes_per_s", hardware.comm_bw_bytes_per_s)] {
+        for (field, v) in
+            [("hbm_bw_bytes_per_s", hardware.hbm_bw_bytes_per_s), ("comm_bw_bytes_per_s", hardware.comm_bw_bytes_per_s)]
+        {
             if !v.is_finite() || v <= 0.0 {
                 return Err(Error::field("hardware", field, v, "a positive bandwidth"));
             }
@@ -174,7 +181,8 @@ mod tests {
     use crate::table::{NUM_BINS, OptimizerState, TableSpec};
 
     fn table(dim: u32, pf: f64) -> TableSpec {
-        TableSpec::new("t", "t".into(), 1000, dim, pf, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None).unwrap()
+        TableSpec::new("t", "t".into(), 1000, dim, pf, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+            .unwrap()
     }
 
     #[test]

@@ -53,12 +53,13 @@ pub trait CostModel {
 
 /// Which definition of a plan's cost to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum CostDefinition {
     /// NeuroShard (code-exact): forward comm sees the start delays that compute + backward comm create.
     #[default]
+    #[serde(rename = "neuroshard")]
     NeuroShard,
     /// DreamShard: max over devices of the four phases' sum, no delays.
+    #[serde(rename = "four-phase")]
     FourPhase,
 }
 
@@ -128,7 +129,11 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             .map(|&i| {
                 let p = pieces[i];
                 let t = &task.tables[p.table_id];
-                if p.dim == t.dim { t.name.clone() } else { format!("{}[cols {}..{}]", t.name, p.col_offset, p.col_offset + p.dim) }
+                if p.dim == t.dim {
+                    t.name.clone()
+                } else {
+                    format!("{}[cols {}..{}]", t.name, p.col_offset, p.col_offset + p.dim)
+                }
             })
             .collect();
         devices.push(DeviceReport {
@@ -186,6 +191,10 @@ fn check_len(model: &dyn CostModel, what: &str, v: &[f64], n: usize) -> Result<(
     }
     Err(Error::CostModel {
         model: model.name(),
-        message: format!("{what} returned {} values for {n} devices (all finite: {})", v.len(), v.iter().all(|x| x.is_finite())),
+        message: format!(
+            "{what} returned {} values for {n} devices (all finite: {})",
+            v.len(),
+            v.iter().all(|x| x.is_finite())
+        ),
     })
 }

@@ -85,12 +85,16 @@ impl Planner for Greedy {
         let mut assignment = vec![0usize; task.tables.len()];
         for t in order {
             let size = task.tables[t].size_bytes();
-            let best = (0..caps.len())
-                .filter(|&d| size_sum[d] + size <= caps[d])
-                .min_by(|&a, &b| cost_sum[a].total_cmp(&cost_sum[b]).then(size_sum[a].cmp(&size_sum[b])).then(a.cmp(&b)));
+            let best = (0..caps.len()).filter(|&d| size_sum[d] + size <= caps[d]).min_by(|&a, &b| {
+                cost_sum[a].total_cmp(&cost_sum[b]).then(size_sum[a].cmp(&size_sum[b])).then(a.cmp(&b))
+            });
             let Some(d) = best else {
                 let best_free = caps.iter().zip(&size_sum).map(|(c, s)| c - s).max().unwrap_or(0);
-                return Err(Error::NoFit { table: task.tables[t].name.clone(), need_bytes: size, best_free_bytes: best_free });
+                return Err(Error::NoFit {
+                    table: task.tables[t].name.clone(),
+                    need_bytes: size,
+                    best_free_bytes: best_free,
+                });
             };
             cost_sum[d] += costs[t];
             size_sum[d] += size;

@@ -1,0 +1,128 @@
+//! Shared pieces of the subcommands: loading tables, choosing the cost model, writing files
+//! atomically, rendering tables.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile};
+use planner_core::units::parse_bytes;
+use planner_core::{Devices, TableSpec};
+
+/// Cost-model options shared by every subcommand that prices plans.
+#[derive(Args, Debug, Clone)]
+pub struct CostArgs {
+    /// Cost model: `analytical` (TorchRec's perf estimator; the default until a trained profile ships).
+    #[arg(long, default_value = "analytical")]
+    pub cost_model: String,
+    /// Hardware profile of the analytical model: torchrec, h100, a100, rtx2080ti.
+    #[arg(long, default_value = "torchrec")]
+    pub hw: String,
+    /// Override the profile's memory bandwidth, GB/s (10^9 bytes/s).
+    #[arg(long)]
+    pub hbm_gbps: Option<f64>,
+    /// Override the profile's all-to-all bandwidth, GB/s (10^9 bytes/s).
+    #[arg(long)]
+    pub comm_gbps: Option<f64>,
+    /// Global batch size the costs are for.
+    #[arg(long, default_value_t = planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH)]
+    pub batch: u64,
+    /// Cost definition: `neuroshard` (start delays feed forward comm) or `four-phase` (DreamShard).
+    #[arg(long, default_value = "neuroshard", value_parser = parse_definition)]
+    pub definition: CostDefinition,
+}
+
+fn parse_definition(s: &str) -> Result<CostDefinition, String> {
+    match s {
+        "neuroshard" => Ok(CostDefinition::NeuroShard),
+        "four-phase" => Ok(CostDefinition::FourPhase),
+        _ => Err(format!("unknown cost definition {s:?}; use neuroshard or four-phase")),
+    }
+}
+
+/// Names of the cost models this build knows.
+pub const COST_MODELS: &[&str] = &["analytical"];
+
+impl CostArgs {
+    /// Builds the chosen cost model.
+    pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        match self.cost_model.as_str() {
+            "analytical" => {
+                let mut hw = HardwareProfile::builtin(&self.hw)?;
+                if let Some(g) = self.hbm_gbps {
+                    hw.hbm_bw_bytes_per_s = g * 1e9;
+                    hw.name = format!("{}+hbm{g}", hw.name);
+                }
+                if let Some(g) = self.comm_gbps {
+                    hw.comm_bw_bytes_per_s = g * 1e9;
+                    hw.name = format!("{}+comm{g}", hw.name);
+                }
+                Ok(Box::new(AnalyticalModel::new(hw, self.batch)?))
+            }
+            other => {
+                Err(planner_core::Error::UnknownCostModel { name: other.into(), known: COST_MODELS.join(", ") }.into())
+            }
+        }
+    }
+}
+
+/// Parses `--mem`: one size for every device, or a comma-separated size per device.
+pub fn devices(count: usize, mem: &str) -> Result<Devices> {
+    let caps: Vec<u64> = mem.split(',').map(|s| parse_bytes("--mem", s)).collect::<Result<_, _>>()?;
+    let caps = match caps.len() {
+        1 => vec![caps[0]; count],
+        n if n == count => caps,
+        n => bail!("--mem lists {n} caps but --devices is {count}; give one cap, or one per device"),
+    };
+    Ok(Devices::new(caps)?)
+}
+
+/// Default per-device cap of the seeds' protocol.
+pub const DEFAULT_MEM: &str = "4GiB";
+
+/// Loads tables from a `.json` or `.csv` file.
+pub fn load_tables(path: &Path, default_dim: Option<u32>) -> Result<Vec<TableSpec>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading tables file {}", path.display()))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let tables = match ext.as_str() {
+        "csv" => planner_core::input::parse_tables_csv(&text, default_dim),
+        "json" => planner_core::input::parse_tables_json(&text),
+        _ => bail!("tables file {}: unknown extension {ext:?}; use .json or .csv", path.display()),
+    };
+    tables.with_context(|| format!("in tables file {}", path.display()))
+}
+
+/// Writes `contents` to `path` through a temporary file and a rename, so a failure never leaves a
+/// half-written file or destroys the previous one.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().with_context(|| format!("output path {} has no file name", path.display()))?;
+    let mut tmp = PathBuf::from(dir);
+    tmp.push(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// A plain text table with a header row, right-aligning numeric-looking cells.
+pub fn render_table(header: &[&str], rows: &[Vec<String>], markdown: bool) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([header[c].len()]).max().unwrap_or(0))
+        .collect();
+    let numeric = |s: &str| s.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+');
+    let line = |cells: Vec<String>| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(
+                |(c, s)| if numeric(s) { format!("{s:>w$}", w = widths[c]) } else { format!("{s:<w$}", w = widths[c]) },
+            )
+            .collect();
+        if markdown { format!("| {} |", parts.join(" | ")) } else { parts.join("  ").trim_end().to_string() }
+    };
+    let mut out = vec![line(header.iter().map(|s| (*s).to_string()).collect())];
+    if markdown {
+        out.push(format!("|{}|", widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("|")));
+    }
+    out.extend(rows.iter().map(|r| line(r.clone())));
+    out.join("\n")
+}

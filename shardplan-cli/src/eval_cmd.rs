@@ -1,0 +1,157 @@
+//! `shardplan eval`: run planners over a task suite and summarise cost, validity and planning time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use planner_core::eval::{PlannerSummary, TaskOutcome, summarize};
+use planner_core::planners::{PlanContext, planners};
+use planner_core::{Error, evaluate};
+use serde::Serialize;
+
+use crate::common::{CostArgs, render_table, write_atomic};
+use crate::tasks_cmd::{SuiteArgs, read_suite};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// A Markdown table.
+    Md,
+    /// The full JSON result.
+    Json,
+}
+
+/// Arguments of `shardplan eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// Task suite written by `shardplan tasks`; without it, the suite described by the suite flags is drawn.
+    #[arg(long)]
+    pub tasks: Option<PathBuf>,
+    #[command(flatten)]
+    pub suite: SuiteArgs,
+    /// Comma-separated planners, or `all`.
+    #[arg(long, default_value = "all")]
+    pub algos: String,
+    /// Format printed on standard output.
+    #[arg(long, value_enum, default_value = "md")]
+    pub format: Format,
+    /// Also write the full JSON result here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub cost: CostArgs,
+}
+
+/// The JSON result of an evaluation.
+#[derive(Serialize)]
+pub struct EvalResult {
+    /// Cost model used.
+    pub cost_model: String,
+    /// Number of tasks.
+    pub tasks: usize,
+    /// One row per planner.
+    pub summary: Vec<PlannerSummary>,
+    /// Per planner, per task: cost (null = no valid plan), planning time and the failure, if any.
+    pub per_task: Vec<PlannerRuns>,
+}
+
+/// One planner's per-task results.
+#[derive(Serialize)]
+pub struct PlannerRuns {
+    /// Planner name.
+    pub planner: String,
+    /// Outcomes in suite order.
+    pub outcomes: Vec<TaskOutcome>,
+    /// Why a task had no valid plan, in suite order (`None` where it had one).
+    pub failures: Vec<Option<String>>,
+}
+
+/// Runs `shardplan eval`.
+pub fn run(args: &EvalArgs) -> Result<()> {
+    let suite = match &args.tasks {
+        Some(p) => read_suite(p)?,
+        None => args.suite.spec()?.tasks()?,
+    };
+    let entries = planners(&args.algos)?;
+    let model = args.cost.build()?;
+    let mut runs = Vec::new();
+    for entry in &entries {
+        let planner = entry.build();
+        let mut outcomes = Vec::with_capacity(suite.len());
+        let mut failures = Vec::with_capacity(suite.len());
+        for st in &suite {
+            let ctx = PlanContext { cost_model: model.as_ref(), seed: st.seed };
+            let start = Instant::now();
+            let result = planner.plan(&st.task, &ctx);
+            let plan_time_ms = start.elapsed().as_secs_f64() * 1e3;
+            let (cost_ms, failure) = match result {
+                Ok(plan) => {
+                    let report = evaluate(&st.task, &plan, model.as_ref(), args.cost.definition)?;
+                    if report.feasible {
+                        (Some(report.cost_ms), None)
+                    } else {
+                        (None, Some(report.violations.join("; ")))
+                    }
+                }
+                Err(e @ Error::NoFit { .. }) => (None, Some(e.to_string())),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index)));
+                }
+            };
+            outcomes.push(TaskOutcome { cost_ms, plan_time_ms });
+            failures.push(failure);
+        }
+        runs.push(PlannerRuns { planner: entry.name.to_string(), outcomes, failures });
+    }
+    let pairs: Vec<(String, Vec<TaskOutcome>)> = runs.iter().map(|r| (r.planner.clone(), r.outcomes.clone())).collect();
+    let summary = summarize(&pairs, |name| planner_core::planners::planner(name).is_ok_and(|e| e.is_seed_baseline));
+    let result = EvalResult { cost_model: model.name(), tasks: suite.len(), summary, per_task: runs };
+    let json = serde_json::to_string_pretty(&result)?;
+    match args.format {
+        Format::Md => println!("{}", markdown(&result)),
+        Format::Json => println!("{json}"),
+    }
+    if let Some(out) = &args.out {
+        write_atomic(out, json.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The Markdown summary table.
+fn markdown(r: &EvalResult) -> String {
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |x| format!("{x:.prec$}"));
+    let rows: Vec<Vec<String>> = r
+        .summary
+        .iter()
+        .map(|s| {
+            vec![
+                s.planner.clone(),
+                format!("{}/{}", s.valid, s.tasks),
+                opt(s.mean_cost_ms, 3),
+                opt(s.mean_cost_valid_ms, 3),
+                s.improvement_pct.map_or("-".into(), |x| format!("{x:+.2}%")),
+                format!("{:.3}", s.plan_time_p50_ms),
+                format!("{:.3}", s.plan_time_p95_ms),
+            ]
+        })
+        .collect();
+    format!(
+        "{} tasks, cost model {}\n\n{}",
+        r.tasks,
+        r.cost_model,
+        render_table(
+            &[
+                "planner",
+                "valid",
+                "mean cost ms",
+                "mean cost ms (valid only)",
+                "vs best baseline",
+                "plan p50 ms",
+                "plan p95 ms"
+            ],
+            &rows,
+            true
+        )
+    )
+}

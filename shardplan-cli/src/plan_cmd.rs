@@ -1,0 +1,126 @@
+//! `shardplan plan`: plan one task and explain its cost.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use planner_core::planners::{PlanContext, planner};
+use planner_core::task::SuiteSpec;
+use planner_core::units::format_bytes;
+use planner_core::{PlanDocument, PlanReport, Task, evaluate};
+
+use crate::common::{CostArgs, DEFAULT_MEM, devices, load_tables, render_table, write_atomic};
+
+/// Arguments of `shardplan plan`.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// Tables file (.json or .csv; formats in docs/FORMATS.md). Without it, a task is sampled from the
+    /// built-in 856-table DLRM pool.
+    #[arg(long)]
+    pub tables: Option<PathBuf>,
+    /// Dimension for a CSV without a `dim` column (such as the shared pool statistics file).
+    #[arg(long)]
+    pub dim: Option<u32>,
+    /// Sample this many tables from the built-in pool (dims from {4..max-dim}); without it (and without
+    /// --tables), a NeuroShard-protocol task for --devices and --max-dim is drawn.
+    #[arg(long)]
+    pub sample: Option<usize>,
+    /// Largest dimension when sampling from the pool (a power of two in 4..=128).
+    #[arg(long, default_value_t = 128)]
+    pub max_dim: u32,
+    /// Number of devices.
+    #[arg(long, default_value_t = 4)]
+    pub devices: usize,
+    /// Memory cap per device (`4GiB`, `512MiB`, bytes), or one per device separated by commas.
+    #[arg(long, default_value = DEFAULT_MEM)]
+    pub mem: String,
+    /// Planner (see `shardplan list`).
+    #[arg(long, default_value = "size-lookup")]
+    pub algo: String,
+    /// Seed for sampling and for randomised planners.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where to write the plan JSON (schema shardplan.plan/v1).
+    #[arg(long, default_value = "plan.json")]
+    pub out: PathBuf,
+    /// List the pieces on every device.
+    #[arg(long)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub cost: CostArgs,
+}
+
+/// Runs `shardplan plan`.
+pub fn run(args: &PlanArgs) -> Result<()> {
+    let entry = planner(&args.algo)?;
+    let model = args.cost.build()?;
+    let devs = devices(args.devices, &args.mem)?;
+    let task = match (&args.tables, args.sample) {
+        (Some(path), None) => Task::new(load_tables(path, args.dim)?, devs)?,
+        (Some(_), Some(_)) => bail!("--tables and --sample are exclusive: plan a file, or sample from the pool"),
+        (None, Some(n)) => Task::new(planner_core::task::sample_pool_tables(n, args.max_dim, args.seed)?, devs)?,
+        (None, None) => {
+            let suite = SuiteSpec::neuroshard(args.devices, args.max_dim, 1, args.seed);
+            let mut t = suite.task(0).context("sampling a NeuroShard-protocol task")?.task;
+            t.devices = devs;
+            t
+        }
+    };
+    let ctx = PlanContext { cost_model: model.as_ref(), seed: args.seed };
+    let plan = entry.build().plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
+    let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;
+    println!(
+        "Plan by `{}` for {} tables ({}) on {} devices; cost model {}, definition {:?}",
+        entry.name,
+        task.tables.len(),
+        format_bytes(task.total_bytes()),
+        task.devices.count(),
+        report.cost_model,
+        report.definition
+    );
+    println!("{}", device_table(&report));
+    if args.verbose {
+        for d in &report.devices {
+            println!("device {}: {}", d.device, d.pieces.join(", "));
+        }
+    }
+    println!(
+        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory: {}; split tables: {}",
+        report.cost_ms,
+        report.bottleneck_device,
+        if report.feasible { "yes".to_string() } else { format!("NO ({})", report.violations.join("; ")) },
+        plan.split_tables()
+    );
+    let doc = PlanDocument::new(entry.name, args.seed, task, &plan, report);
+    let json = serde_json::to_string_pretty(&doc)?;
+    write_atomic(&args.out, json.as_bytes())?;
+    println!("plan written to {}", args.out.display());
+    Ok(())
+}
+
+/// The per-device table of a report.
+pub fn device_table(report: &PlanReport) -> String {
+    let rows: Vec<Vec<String>> = report
+        .devices
+        .iter()
+        .map(|d| {
+            vec![
+                d.device.to_string(),
+                d.pieces.len().to_string(),
+                format_bytes(d.bytes),
+                format!("{:.1}%", 100.0 * d.bytes as f64 / d.mem_cap_bytes as f64),
+                d.dim_sum.to_string(),
+                format!("{:.3}", d.compute_ms),
+                format!("{:.3}", d.fw_comm_ms),
+                format!("{:.3}", d.bw_comm_ms),
+                format!("{:.3}", d.total_ms),
+                if d.device == report.bottleneck_device { "<- bottleneck".into() } else { String::new() },
+            ]
+        })
+        .collect();
+    render_table(
+        &["device", "pieces", "bytes", "% of cap", "dim sum", "compute ms", "fw comm ms", "bw comm ms", "total ms", ""],
+        &rows,
+        false,
+    )
+}

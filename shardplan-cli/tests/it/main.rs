@@ -1,0 +1,130 @@
+//! End-to-end tests of the `shardplan` binary: the happy paths write valid documents, and every bad
+//! input ends with a message naming the field and value, a non-zero exit, no panic, and no lost file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly on purpose
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardplan"))
+}
+
+/// A fresh scratch directory per test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shardplan-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(cmd: &mut Command) -> (Output, String) {
+    let out = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("panicked"), "{text}");
+    (out, text)
+}
+
+/// Runs a command that must fail; returns its output text after checking every `needle` appears.
+fn check_fails(cmd: &mut Command, needles: &[&str]) {
+    let (out, text) = run(cmd);
+    assert!(!out.status.success(), "expected failure: {text}");
+    for n in needles {
+        assert!(text.contains(n), "missing {n:?} in: {text}");
+    }
+}
+
+#[test]
+fn plan_writes_a_valid_document() {
+    let dir = scratch("plan");
+    let out = dir.join("plan.json");
+    let (o, text) = run(bin().args(["plan", "--devices", "4", "--max-dim", "64", "--seed", "3", "--out"]).arg(&out));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("bottleneck"), "{text}");
+    let (doc, plan) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(doc.schema, planner_core::PLAN_SCHEMA);
+    assert_eq!(plan.pieces().len(), doc.task.tables.len());
+    assert!(doc.report.feasible);
+}
+
+#[test]
+fn plans_the_shared_csv_format_and_json_tables() {
+    let dir = scratch("formats");
+    let csv = dir.join("t.csv");
+    let pool: Vec<&str> = planner_core::pool::DLRM_T856_CSV.lines().take(9).collect();
+    std::fs::write(&csv, pool.join("\n")).unwrap();
+    let (o, text) = run(bin()
+        .args(["plan", "--dim", "16", "--algo", "size", "--tables"])
+        .arg(&csv)
+        .arg("--out")
+        .arg(dir.join("a.json")));
+    assert!(o.status.success(), "{text}");
+    let json = dir.join("t.json");
+    std::fs::write(&json, r#"[{"name":"u","rows":1000,"dim":8,"pooling_factor":3},{"name":"v","rows":20,"dim":4,"pooling_factor":1,"dtype":"fp16"}]"#).unwrap();
+    let (o, text) = run(bin()
+        .args(["plan", "--devices", "2", "--mem", "1MiB", "--tables"])
+        .arg(&json)
+        .arg("--out")
+        .arg(dir.join("b.json")));
+    assert!(o.status.success(), "{text}");
+}
+
+#[test]
+fn bad_inputs_name_field_and_value_and_lose_nothing() {
+    let dir = scratch("bad");
+    let out = dir.join("plan.json");
+    std::fs::write(&out, "precious").unwrap();
+    let csv = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let unknown_col = csv("a.csv", "rows,dim,pooling_factor,colour\n10,4,1,red\n");
+    let neg_rows = csv("b.csv", "rows,dim,pooling_factor\n-3,4,1\n");
+    let bad_dim = csv("c.csv", "rows,dim,pooling_factor\n10,6,1\n");
+    let huge = csv("d.csv", "rows,dim,pooling_factor\n100000000,128,1\n");
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (vec!["--tables".into(), unknown_col.display().to_string()], vec!["\"colour\""]),
+        (vec!["--tables".into(), neg_rows.display().to_string()], vec!["`rows`", "-3"]),
+        (vec!["--tables".into(), bad_dim.display().to_string()], vec!["`dim` = 6", "multiple of 4"]),
+        (
+            vec!["--tables".into(), huge.display().to_string(), "--algo".into(), "size".into()],
+            vec!["fits on no device"],
+        ),
+        (vec!["--algo".into(), "magic".into()], vec!["unknown planner `magic`", "size-lookup"]),
+        (vec!["--mem".into(), "4XB".into()], vec!["--mem", "4XB"]),
+        (vec!["--mem".into(), "1GiB,2GiB".into()], vec!["--mem lists 2 caps"]),
+        (vec!["--devices".into(), "0".into()], vec!["devices"]),
+        (vec!["--max-dim".into(), "48".into()], vec!["max_dim", "48"]),
+        (vec!["--cost-model".into(), "oracle".into()], vec!["unknown cost model `oracle`"]),
+        (vec!["--hw".into(), "tpu".into()], vec!["\"tpu\""]),
+        (vec!["--tables".into(), dir.join("missing.csv").display().to_string()], vec!["missing.csv"]),
+    ];
+    for (args, needles) in cases {
+        check_fails(bin().arg("plan").args(&args).arg("--out").arg(&out), &needles);
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious", "{args:?} clobbered the output");
+    }
+}
+
+#[test]
+fn tasks_then_eval_round_trip() {
+    let dir = scratch("eval");
+    let tasks = dir.join("tasks.jsonl");
+    let (o, text) = run(bin()
+        .args(["tasks", "--devices", "4", "--max-dim", "32", "--count", "5", "--seed", "1", "--out"])
+        .arg(&tasks));
+    assert!(o.status.success(), "{text}");
+    assert_eq!(std::fs::read_to_string(&tasks).unwrap().lines().count(), 5);
+    let json = dir.join("eval.json");
+    let (o, text) =
+        run(bin().args(["eval", "--algos", "dim,size-lookup", "--tasks"]).arg(&tasks).arg("--out").arg(&json));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("| size-lookup |") && text.contains("5/5"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["summary"].as_array().unwrap().len(), 2);
+    // A corrupted suite names the line.
+    std::fs::write(&tasks, "{\"schema\": 1}\n").unwrap();
+    check_fails(bin().args(["eval", "--tasks"]).arg(&tasks), &["line 1"]);
+    check_fails(bin().args(["eval", "--algos", "dim,nope"]), &["unknown planner `nope`"]);
+    check_fails(bin().args(["tasks", "--table-range", "5-9"]), &["--table-range", "MIN..MAX"]);
+}
