@@ -171,7 +171,7 @@ pub struct RunSummary {
     pub p99_fanout: f64,
     /// Standard deviation of the per-window mean fanout (window-to-window variability).
     pub window_fanout_sd: f64,
-    /// Mean |fanout_t − fanout_{t−1}| over consecutive scored windows.
+    /// Mean `|fanout_t − fanout_{t−1}|` over consecutive scored windows.
     pub window_fanout_mad: f64,
     /// Remote rows per request.
     pub remote_rows_per_request: f64,

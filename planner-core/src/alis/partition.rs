@@ -141,6 +141,8 @@ pub fn partition<R: Rng>(
     }
     // Streaming (LDG) placement of the vertices without a warm start.
     let mut score = vec![0f64; s_count];
+    // Indexing by `v` is deliberate: `part`, `load` and `phi` all change inside the loop.
+    #[allow(clippy::needless_range_loop)]
     for v in 0..hg.n_vertices {
         if part[v] != UNASSIGNED {
             continue;
@@ -178,7 +180,7 @@ pub fn partition<R: Rng>(
     let p = params.p_fanout.clamp(1e-6, 1.0);
     let max_net = (0..n_nets).map(|n| hg.net(n).len()).max().unwrap_or(0);
     let qpow: Vec<f64> = (0..=max_net + 1)
-        .map(|k| (1.0 - p).powi(k as i32))
+        .map(|k| (1.0 - p).powi(i32::try_from(k).unwrap_or(i32::MAX)))
         .collect();
     let mut order: Vec<u32> = (0..hg.n_vertices as u32).collect();
     let mut stats = PartitionStats::default();

@@ -271,7 +271,7 @@ impl Policy for FullPolicy {
         let due = if self.once {
             self.updates == 0
         } else {
-            self.updates % self.cfg.full_every == 0
+            self.updates.is_multiple_of(self.cfg.full_every)
         };
         self.updates += 1;
         if !due {
@@ -396,8 +396,9 @@ impl Policy for GreedyPolicy {
 
 /// ALIS: light incremental sharding (iterative partition of the newest `incr_ratio` of the window, warm-
 /// started from the deployed placement, accumulated into the sparse W) plus aggregate based sharding (a soft
-/// vote of the last `history_sets` interim shard sets, weighted by `decay^age / fanout on the latest
-/// window`, mixed in with weight β). With β = 0 or no history it is plain light incremental (`alis-base`).
+/// vote of the current and the last `history_sets` interim shard sets, weighted by `decay^age / C` where C is
+/// the set's fanout on the held-out part of the latest window, mixed in with weight β). With β = 0 or no
+/// history it is plain light incremental (`alis-base`).
 struct AlisPolicy {
     name: &'static str,
     cfg: PolicyConfig,
@@ -406,9 +407,78 @@ struct AlisPolicy {
     rng: ChaCha8Rng,
     /// Interim shard set: argmax W per row (the light-incremental result before aggregation).
     interim: Vec<u16>,
-    /// Undo logs of `interim`: for the last updates, the previous interim shard of every row it changed,
-    /// newest first, with the number of rows known before that update.
-    undo: VecDeque<(usize, HashMap<u32, u16>)>,
+    /// Undo logs of `interim`, newest first: the rows each update changed with their previous interim
+    /// shard, and the number of rows known before that update.
+    undo: VecDeque<(usize, Vec<(u32, u16)>)>,
+}
+
+/// The latest window in local ids: rows of `D_new` first (`0..n_new_rows`), then the window's other rows.
+struct LocalWindow {
+    rows: Vec<u32>,
+    n_new_rows: usize,
+    /// Requests of `D_new` (local ids).
+    new_nets: Vec<Vec<u32>>,
+    /// Requests used to score shard sets: the window minus `D_new` (all of it when `D_new` is the whole window).
+    holdout_offsets: Vec<usize>,
+    holdout_pins: Vec<u32>,
+    local_of: HashMap<u32, u32>,
+}
+
+impl LocalWindow {
+    fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>) -> Self {
+        let mut lw = LocalWindow {
+            rows: Vec::new(),
+            n_new_rows: 0,
+            new_nets: Vec::with_capacity(d_new.len()),
+            holdout_offsets: vec![0],
+            holdout_pins: Vec::new(),
+            local_of: HashMap::new(),
+        };
+        for i in d_new.clone() {
+            let net = stream.request(i).iter().map(|&r| lw.intern(r)).collect();
+            lw.new_nets.push(net);
+        }
+        lw.n_new_rows = lw.rows.len();
+        let holdout = if d_new.start > window.start {
+            window.start..d_new.start
+        } else {
+            window.clone()
+        };
+        for i in holdout {
+            for &r in stream.request(i) {
+                let l = lw.intern(r);
+                lw.holdout_pins.push(l);
+            }
+            lw.holdout_offsets.push(lw.holdout_pins.len());
+        }
+        lw
+    }
+
+    fn intern(&mut self, r: u32) -> u32 {
+        let rows = &mut self.rows;
+        *self.local_of.entry(r).or_insert_with(|| {
+            rows.push(r);
+            (rows.len() - 1) as u32
+        })
+    }
+
+    /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
+    fn holdout_fanout(&self, shard: &[u16]) -> f64 {
+        let mut seen: Vec<u16> = Vec::new();
+        let mut total = 0usize;
+        let n = self.holdout_offsets.len() - 1;
+        for q in 0..n {
+            seen.clear();
+            for &l in &self.holdout_pins[self.holdout_offsets[q]..self.holdout_offsets[q + 1]] {
+                let s = shard[l as usize];
+                if !seen.contains(&s) {
+                    seen.push(s);
+                }
+            }
+            total += seen.len();
+        }
+        (total as f64 / n.max(1) as f64).max(1.0)
+    }
 }
 
 impl AlisPolicy {
@@ -425,23 +495,27 @@ impl AlisPolicy {
         })
     }
 
-    /// Votes of the previous interim shard sets for the rows of the window (local ids), or `None` when there
-    /// is no history. Set `i` (age `i+1`) is the interim as it was after the update `i+1` windows ago.
-    fn history_votes(
-        &self,
-        stream: &Stream,
-        window: &Range<usize>,
-        win_rows: &[u32],
-        win_of: &HashMap<u32, u32>,
-    ) -> Option<Vec<Vec<(u16, f64)>>> {
-        let sets = self.cfg.history_sets.min(self.undo.len() + 1);
-        if sets == 0 || self.interim.is_empty() {
-            return None;
+    /// Argmax of W for `row` (ties to the lower shard), if the row has weight.
+    fn w_argmax(&self, row: u32) -> Option<u16> {
+        let mut best: Option<(u16, f64)> = None;
+        for (s, w) in self.weights.row(row) {
+            if best.is_none_or(|(bs, bw)| w > bw || (w == bw && s < bs)) {
+                best = Some((s, w));
+            }
         }
+        best.map(|b| b.0)
+    }
+
+    /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
+    /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
+    /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
+    fn votes(&self, stream: &Stream, lw: &LocalWindow) -> Vec<Vec<(u16, f64)>> {
         let s_count = self.cfg.shards;
-        let mut votes: Vec<Vec<(u16, f64)>> = vec![Vec::new(); win_rows.len()];
-        // `cur[l]`: shard of window row l in the set being visited; starts at the newest set.
-        let mut cur: Vec<u16> = win_rows
+        let known_now = self.interim.len();
+        let mut votes: Vec<Vec<(u16, f64)>> = vec![Vec::new(); lw.n_new_rows];
+        // Age 1: the interim before this update (rows unknown then are served by hash).
+        let mut cur: Vec<u16> = lw
+            .rows
             .iter()
             .map(|&r| {
                 self.interim
@@ -450,51 +524,51 @@ impl AlisPolicy {
                     .unwrap_or_else(|| hash_shard(stream, r, s_count))
             })
             .collect();
-        let mut known = self.interim.len();
-        let mut seen: Vec<u16> = Vec::new();
-        for age in 0..sets {
-            if age > 0 {
-                // Step one set back: undo the changes made by the update `age` windows ago.
-                let (known_before, log) = &self.undo[age - 1];
-                for (&row, &old) in log {
-                    if let Some(&l) = win_of.get(&row) {
+        // Age 0: this update's interim (argmax W for `D_new` rows, unchanged elsewhere).
+        let mut now = cur.clone();
+        for (l, &r) in lw.rows[..lw.n_new_rows].iter().enumerate() {
+            if let Some(s) = self.w_argmax(r) {
+                now[l] = s;
+            }
+        }
+        let mut add = |set: &[u16], known: usize, weight: f64| {
+            for (l, v) in votes.iter_mut().enumerate() {
+                if (lw.rows[l] as usize) < known {
+                    let s = set[l];
+                    match v.iter_mut().find(|x| x.0 == s) {
+                        Some(x) => x.1 += weight,
+                        None => v.push((s, weight)),
+                    }
+                }
+            }
+        };
+        add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now));
+        let mut known = known_now;
+        let mut decay = 1.0;
+        for age in 1..=self.cfg.history_sets {
+            if age > 1 {
+                let Some((known_before, log)) = self.undo.get(age - 2) else {
+                    break;
+                };
+                for &(row, old) in log {
+                    if let Some(&l) = lw.local_of.get(&row) {
                         cur[l as usize] = old;
                     }
                 }
                 known = *known_before;
-            }
-            let shard = |row: u32, cur: &[u16]| -> u16 {
-                if (row as usize) < known {
-                    win_of.get(&row).map_or(UNASSIGNED, |&l| cur[l as usize])
-                } else {
-                    hash_shard(stream, row, s_count)
-                }
-            };
-            // Access cost C of this set: mean fanout on the latest window.
-            let mut total = 0usize;
-            for i in window.clone() {
-                seen.clear();
-                for &r in stream.request(i) {
-                    let s = shard(r, &cur);
-                    if !seen.contains(&s) {
-                        seen.push(s);
-                    }
-                }
-                total += seen.len();
-            }
-            let cost = (total as f64 / window.len().max(1) as f64).max(1.0);
-            let w = self.cfg.decay.powi(age as i32) / cost;
-            for (l, &r) in win_rows.iter().enumerate() {
-                if (r as usize) < known {
-                    let s = cur[l];
-                    match votes[l].iter_mut().find(|x| x.0 == s) {
-                        Some(x) => x.1 += w,
-                        None => votes[l].push((s, w)),
+                for (l, &r) in lw.rows.iter().enumerate() {
+                    if r as usize >= known {
+                        cur[l] = hash_shard(stream, r, s_count);
                     }
                 }
             }
+            if known == 0 {
+                break;
+            }
+            decay *= self.cfg.decay;
+            add(&cur, known, decay / lw.holdout_fanout(&cur));
         }
-        Some(votes)
+        votes
     }
 }
 
@@ -508,29 +582,13 @@ impl Policy for AlisPolicy {
         let rows = stream.rows_known_after(window.end);
         self.placement.grow_hash(stream, rows);
         self.weights.ensure_rows(rows);
-        // Local ids over the whole window (history costs are measured on it); D_new is its newest part.
         let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize)
             .clamp(1, window.len().max(1));
         let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
-        let mut local_of: HashMap<u32, u32> = HashMap::new();
-        let mut local_rows: Vec<u32> = Vec::new();
-        let mut local_nets: Vec<Vec<u32>> = Vec::with_capacity(d_new.len());
-        for i in d_new.clone() {
-            let net = stream
-                .request(i)
-                .iter()
-                .map(|&r| {
-                    *local_of.entry(r).or_insert_with(|| {
-                        local_rows.push(r);
-                        (local_rows.len() - 1) as u32
-                    })
-                })
-                .collect();
-            local_nets.push(net);
-        }
-        let n_local = local_rows.len();
+        let lw = LocalWindow::new(stream, &window, &d_new);
+        let n_local = lw.n_new_rows;
         // Warm start from the deployed placement; rows first seen in this update start unassigned.
-        let init: Vec<u16> = local_rows
+        let init: Vec<u16> = lw.rows[..n_local]
             .iter()
             .map(|&r| {
                 if (r as usize) < known_before {
@@ -540,44 +598,30 @@ impl Policy for AlisPolicy {
                 }
             })
             .collect();
-        let hg = Hypergraph::new(n_local, local_nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(n_local, lw.new_nets.iter().map(Vec::as_slice));
         let params = self.cfg.partition_params(n_local, self.cfg.local_epsilon);
         let (local, _) = partition(&hg, &init, &params, &mut self.rng);
         // ΔW = 1 on the local result; older evidence decays by `decay` per window.
         self.weights.age();
-        for (l, &r) in local_rows.iter().enumerate() {
+        for (l, &r) in lw.rows[..n_local].iter().enumerate() {
             self.weights.add(r, local[l], 1.0);
         }
-        // Aggregate: soft vote of previous interim sets (before this update's interim is written).
         let votes = if self.cfg.history_sets > 0 {
-            let mut win_of: HashMap<u32, u32> = HashMap::new();
-            let mut win_rows: Vec<u32> = Vec::new();
-            for i in window.clone() {
-                for &r in stream.request(i) {
-                    win_of.entry(r).or_insert_with(|| {
-                        win_rows.push(r);
-                        (win_rows.len() - 1) as u32
-                    });
-                }
-            }
-            self.history_votes(stream, &window, &win_rows, &win_of)
-                .map(|v| (v, win_of))
+            Some(self.votes(stream, &lw))
         } else {
             None
         };
         let beta = self.cfg.beta;
-        let scored = local_rows
+        let scored = lw.rows[..n_local]
             .iter()
-            .map(|&r| {
+            .enumerate()
+            .map(|(l, &r)| {
                 let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
                 let w_sum: f64 = sc.iter().map(|x| x.1).sum();
                 for x in &mut sc {
                     x.1 = (1.0 - beta) * (x.1 / w_sum);
                 }
-                let vote = votes
-                    .as_ref()
-                    .and_then(|(v, win_of)| win_of.get(&r).map(|&w| &v[w as usize]));
-                if let Some(v) = vote
+                if let Some(v) = votes.as_ref().map(|v| &v[l])
                     && !v.is_empty()
                 {
                     let v_sum: f64 = v.iter().map(|x| x.1).sum();
@@ -594,20 +638,18 @@ impl Policy for AlisPolicy {
             })
             .collect();
         place_by_scores(&mut self.placement, scored);
-        // New interim set: argmax W of the rows just partitioned; log what it replaced.
-        let old_len = self.interim.len();
-        self.interim
-            .extend_from_slice(&self.placement.as_slice()[old_len..rows]);
+        // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {
-            let mut log = HashMap::new();
-            for &r in &local_rows {
-                let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
-                ranked(&mut sc);
-                if let Some(&(s, _)) = sc.first() {
+            let old_len = self.interim.len();
+            self.interim
+                .extend_from_slice(&self.placement.as_slice()[old_len..rows]);
+            let mut log = Vec::new();
+            for &r in &lw.rows[..n_local] {
+                if let Some(s) = self.w_argmax(r) {
                     let old = self.interim[r as usize];
                     if old != s {
                         self.interim[r as usize] = s;
-                        log.insert(r, old);
+                        log.push((r, old));
                     }
                 }
             }

@@ -127,7 +127,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
             let sf = shards as f64;
             let expected: f64 = (3000..s.n_requests())
-                .map(|i| sf * (1.0 - (1.0 - 1.0 / sf).powi(s.request(i).len() as i32)))
+                .map(|i| sf * (1.0 - (1.0 - 1.0 / sf).powf(s.request(i).len() as f64)))
                 .sum::<f64>()
                 / (s.n_requests() - 3000) as f64;
             let got = r.summary.mean_fanout;

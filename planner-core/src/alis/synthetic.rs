@@ -128,6 +128,7 @@ impl SyntheticParams {
 }
 
 /// Generates the stream (request time = request index).
+#[allow(clippy::many_single_char_names)] // p, w, k, c, u, m follow the maths of the generator
 pub fn generate(p: &SyntheticParams) -> Result<Stream, AlisError> {
     p.validate()?;
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
