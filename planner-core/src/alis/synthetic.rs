@@ -159,27 +159,16 @@ pub fn generate(p: &SyntheticParams) -> Result<Stream, AlisError> {
             let last = harmonic[harmonic.len() - 1];
             harmonic.push(last + j.powf(-p.zipf));
         }
-        let weights: Vec<f64> = (0..c_count)
-            .map(|c| {
-                if members[c].is_empty() {
-                    0.0
-                } else {
-                    log_pop[c].exp()
-                }
-            })
-            .collect();
-        let total: f64 = weights.iter().sum();
+        // Cumulative community popularity (empty communities get none).
+        let mut cumulative: Vec<f64> = Vec::with_capacity(c_count);
+        let mut total = 0.0;
+        for (c, m) in members.iter().enumerate() {
+            total += if m.is_empty() { 0.0 } else { log_pop[c].exp() };
+            cumulative.push(total);
+        }
         for _ in 0..p.requests_per_window {
-            let mut u = rng.random::<f64>() * total;
-            let mut home = 0;
-            for (c, &wt) in weights.iter().enumerate() {
-                if u < wt {
-                    home = c;
-                    break;
-                }
-                u -= wt;
-                home = c;
-            }
+            let u = rng.random::<f64>() * total;
+            let home = cumulative.partition_point(|&x| x <= u).min(c_count - 1);
             let k = rng.random_range(p.min_rows..=p.max_rows);
             req.clear();
             let mut tries = 0;
