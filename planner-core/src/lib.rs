@@ -17,6 +17,7 @@
 //! * **Deterministic.** Seeded ChaCha8 generators, ties broken by index: the same input gives the same
 //!   plan everywhere.
 
+pub mod alis;
 pub mod cost;
 pub mod document;
 pub mod error;

@@ -1,12 +1,14 @@
 //! `shardplan`: the command line of shardplan.
 //!
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
-//! `eval` (run planners over a suite), `list` (planners and cost models). Arguments are parsed in two
+//! `eval` (run planners over a suite), `dynamic` (replay a request stream through the ALIS row-sharding
+//! policies), `list` (planners and cost models). Arguments are parsed in two
 //! stages: clap turns the command line into raw values, and planner-core's constructors validate them
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
 //! exit with status 1 (usage errors: 2, from clap).
 
 mod common;
+mod dynamic;
 mod eval_cmd;
 mod plan_cmd;
 mod tasks_cmd;
@@ -31,6 +33,8 @@ enum Command {
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
     Eval(eval_cmd::EvalArgs),
+    /// Replay a request stream through the dynamic row-sharding policies (ALIS and baselines).
+    Dynamic(Box<dynamic::DynamicArgs>),
     /// List the registered planners and cost models.
     List,
 }
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan_cmd::run(a),
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::Dynamic(a) => dynamic::run(a),
         Command::List => {
             list();
             Ok(())
