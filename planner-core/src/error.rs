@@ -66,6 +66,18 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// A trained model does not match what this build computes (schema, features, shapes).
+    #[error("model `{model}` does not match this build: {what}: expected {expected}, found {found}")]
+    ModelSchemaMismatch {
+        /// The model's name.
+        model: String,
+        /// What differs.
+        what: String,
+        /// What this build needs.
+        expected: String,
+        /// What the model has.
+        found: String,
+    },
     /// A task sampler could not produce a task under its constraints.
     #[error("task sampling failed: {0}")]
     Sampling(String),

@@ -5,16 +5,21 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile};
+use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel};
 use planner_core::units::parse_bytes;
 use planner_core::{Devices, TableSpec};
 
 /// Cost-model options shared by every subcommand that prices plans.
 #[derive(Args, Debug, Clone)]
 pub struct CostArgs {
-    /// Cost model: `analytical` (TorchRec's perf estimator; the default until a trained profile ships).
+    /// Cost model: `analytical` (TorchRec's perf estimator), the name of an embedded trained profile
+    /// (`shardplan list`), or the directory of a profile written by `shardplan-train`.
     #[arg(long, default_value = "analytical")]
     pub cost_model: String,
+    /// With a trained profile that has no comm model for the task's device count, price comm with the
+    /// analytical model instead of refusing (the cost model's name then says so).
+    #[arg(long)]
+    pub comm_fallback: bool,
     /// Hardware profile of the analytical model: torchrec, h100, a100, rtx2080ti.
     #[arg(long, default_value = "torchrec")]
     pub hw: String,
@@ -47,23 +52,48 @@ impl CostArgs {
     /// Builds the chosen cost model.
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
         match self.cost_model.as_str() {
-            "analytical" => {
-                let mut hw = HardwareProfile::builtin(&self.hw)?;
-                if let Some(g) = self.hbm_gbps {
-                    hw.hbm_bw_bytes_per_s = g * 1e9;
-                    hw.name = format!("{}+hbm{g}", hw.name);
-                }
-                if let Some(g) = self.comm_gbps {
-                    hw.comm_bw_bytes_per_s = g * 1e9;
-                    hw.name = format!("{}+comm{g}", hw.name);
-                }
-                Ok(Box::new(AnalyticalModel::new(hw, self.batch)?))
+            "analytical" => Ok(Box::new(self.analytical()?)),
+            other if Path::new(other).join("card.json").is_file() => {
+                let model = load_profile_dir(Path::new(other))?;
+                Ok(Box::new(if self.comm_fallback { model.with_comm_fallback(self.analytical()?) } else { model }))
             }
-            other => {
-                Err(planner_core::Error::UnknownCostModel { name: other.into(), known: COST_MODELS.join(", ") }.into())
+            other => Err(planner_core::Error::UnknownCostModel {
+                name: other.into(),
+                known: format!("{}, or a profile directory containing card.json", COST_MODELS.join(", ")),
             }
+            .into()),
         }
     }
+
+    /// The analytical model with the chosen hardware profile and overrides.
+    fn analytical(&self) -> Result<AnalyticalModel> {
+        let mut hw = HardwareProfile::builtin(&self.hw)?;
+        if let Some(g) = self.hbm_gbps {
+            hw.hbm_bw_bytes_per_s = g * 1e9;
+            hw.name = format!("{}+hbm{g}", hw.name);
+        }
+        if let Some(g) = self.comm_gbps {
+            hw.comm_bw_bytes_per_s = g * 1e9;
+            hw.name = format!("{}+comm{g}", hw.name);
+        }
+        Ok(AnalyticalModel::new(hw, self.batch)?)
+    }
+}
+
+/// Loads a profile directory (`card.json` and the graphs it names).
+pub fn load_profile_dir(dir: &Path) -> Result<NeuralModel> {
+    let card_path = dir.join("card.json");
+    let card = std::fs::read_to_string(&card_path).with_context(|| format!("reading {}", card_path.display()))?;
+    let mut files = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "onnx") {
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            files.insert(path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(), bytes);
+        }
+    }
+    NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))
+        .with_context(|| format!("loading profile {}", dir.display()))
 }
 
 /// Parses `--mem`: one size for every device, or a comma-separated size per device.

@@ -7,6 +7,8 @@
 //! code-exact definition or DreamShard's four-phase sum.
 
 pub mod analytical;
+pub mod card;
+pub mod neural;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +18,8 @@ use crate::table::TableSpec;
 use crate::task::Task;
 
 pub use analytical::{AnalyticalModel, HardwareProfile};
+pub use card::ModelCard;
+pub use neural::NeuralModel;
 
 /// One piece of a table as a cost model sees it: the table's statistics and the piece's dim.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +45,10 @@ pub trait CostModel {
     fn name(&self) -> String;
     /// Time of one fused forward + backward over all `set` pieces on one device, in ms.
     fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64>;
+    /// [`CostModel::compute_ms`] of many sets at once (models with per-call overhead batch them).
+    fn compute_many_ms(&self, sets: &[&[PieceRef<'_>]]) -> Result<Vec<f64>> {
+        sets.iter().map(|s| self.compute_ms(s)).collect()
+    }
     /// The forward/backward parts of [`CostModel::compute_ms`], when the model knows them.
     fn compute_split(&self, _set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
         Ok(None)
