@@ -18,6 +18,7 @@
 //!   plan everywhere.
 
 pub mod cost;
+pub mod dataset;
 pub mod document;
 pub mod error;
 pub mod eval;
@@ -30,7 +31,10 @@ pub mod table;
 pub mod task;
 pub mod units;
 
-pub use cost::{AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef, PlanReport, evaluate};
+pub use cost::{
+    AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef,
+    PlanReport, evaluate,
+};
 pub use document::{PLAN_SCHEMA, PlanDocument};
 pub use error::{Error, Result};
 pub use plan::{Piece, Plan};
