@@ -132,22 +132,11 @@ impl CpuBackend {
             backend: BackendKind::Cpu,
             fingerprint: format!("cpu:{model}:{threads}t"),
             devices: vec![model],
-            software: format!(
-                "{threads} threads of {available}; shardplan-collect {}",
-                env!("CARGO_PKG_VERSION")
-            ),
+            software: format!("{threads} threads of {available}; shardplan-collect {}", env!("CARGO_PKG_VERSION")),
         };
         // Twice the last-level cache (64 MiB when unknown) is rewritten before every timed run.
-        let flush = if flush {
-            vec![0u8; (2 * llc_bytes().unwrap_or(32 << 20)) as usize]
-        } else {
-            Vec::new()
-        };
-        Ok(Self {
-            threads,
-            hardware,
-            flush,
-        })
+        let flush = if flush { vec![0u8; (2 * llc_bytes().unwrap_or(32 << 20)) as usize] } else { Vec::new() };
+        Ok(Self { threads, hardware, flush })
     }
 }
 
@@ -188,8 +177,7 @@ impl Backend for CpuBackend {
     }
 
     fn memory_bytes(&self, _device: usize) -> Result<u64> {
-        meminfo_bytes("MemAvailable:")
-            .ok_or_else(|| anyhow::anyhow!("cannot read MemAvailable from /proc/meminfo"))
+        meminfo_bytes("MemAvailable:").ok_or_else(|| anyhow::anyhow!("cannot read MemAvailable from /proc/meminfo"))
     }
 
     fn compute(
@@ -202,13 +190,7 @@ impl Backend for CpuBackend {
     ) -> Result<ComputeTimes> {
         check_fp32(tables)?;
         let mut set = FusedSet::new(tables, bags, seed, self.threads)?;
-        Ok(cpu::time_compute(
-            &mut set,
-            timing.warmup,
-            timing.reps,
-            self.threads,
-            &mut self.flush,
-        ))
+        Ok(cpu::time_compute(&mut set, timing.warmup, timing.reps, self.threads, &mut self.flush))
     }
 
     fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes> {

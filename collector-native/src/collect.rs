@@ -32,11 +32,7 @@ impl std::str::FromStr for Shard {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let bad = || {
-            format!(
-                "--shard = {text:?} is invalid: expected i/n with n >= 1 and 0 <= i < n, e.g. 0/4"
-            )
-        };
+        let bad = || format!("--shard = {text:?} is invalid: expected i/n with n >= 1 and 0 <= i < n, e.g. 0/4");
         let (i, n) = text.split_once('/').ok_or_else(bad)?;
         let index: u32 = i.trim().parse().map_err(|_| bad())?;
         let count: u32 = n.trim().parse().map_err(|_| bad())?;
@@ -91,46 +87,20 @@ fn load_existing(plan: &RunPlan, template: &CostRecord) -> Result<(BTreeSet<u64>
             .write(true)
             .open(path)
             .with_context(|| format!("opening {} to repair it", path.display()))?;
-        f.set_len(keep as u64)
-            .with_context(|| format!("cutting the truncated last line of {}", path.display()))?;
-        f.sync_all()
-            .with_context(|| format!("syncing {}", path.display()))?;
+        f.set_len(keep as u64).with_context(|| format!("cutting the truncated last line of {}", path.display()))?;
+        f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
     }
-    let records = parse_dataset(
-        &path.display().to_string(),
-        &text[..keep],
-        HardwarePolicy::Single,
-    )?;
+    let records = parse_dataset(&path.display().to_string(), &text[..keep], HardwarePolicy::Single)?;
     let mut done = BTreeSet::new();
     for r in &records {
         let ctx = format!("{} (record of sample {})", path.display(), r.sample_index);
         let checks: [(&str, String, String); 6] = [
             ("kind", r.kind().into(), template.kind().into()),
-            (
-                "run",
-                serde_json::to_string(&r.run)?,
-                serde_json::to_string(&template.run)?,
-            ),
-            (
-                "hardware.fingerprint",
-                r.hardware.fingerprint.clone(),
-                template.hardware.fingerprint.clone(),
-            ),
-            (
-                "batch_size",
-                r.batch_size.to_string(),
-                template.batch_size.to_string(),
-            ),
-            (
-                "protocol",
-                serde_json::to_string(&r.protocol)?,
-                serde_json::to_string(&template.protocol)?,
-            ),
-            (
-                "dtype",
-                format!("{:?}", r.dtype),
-                format!("{:?}", template.dtype),
-            ),
+            ("run", serde_json::to_string(&r.run)?, serde_json::to_string(&template.run)?),
+            ("hardware.fingerprint", r.hardware.fingerprint.clone(), template.hardware.fingerprint.clone()),
+            ("batch_size", r.batch_size.to_string(), template.batch_size.to_string()),
+            ("protocol", serde_json::to_string(&r.protocol)?, serde_json::to_string(&template.protocol)?),
+            ("dtype", format!("{:?}", r.dtype), format!("{:?}", template.dtype)),
         ];
         for (field, got, want) in checks {
             if got != want {
@@ -148,10 +118,7 @@ fn load_existing(plan: &RunPlan, template: &CostRecord) -> Result<(BTreeSet<u64>
             );
         }
         if !done.insert(r.sample_index) {
-            bail!(
-                "{ctx}: sample {} appears twice; the file was not written by one run of this tool",
-                r.sample_index
-            );
+            bail!("{ctx}: sample {} appears twice; the file was not written by one run of this tool", r.sample_index);
         }
     }
     Ok((done, cut))
@@ -175,26 +142,17 @@ pub fn run(
     mut measure: impl FnMut(u64) -> Result<CostRecord>,
 ) -> Result<Summary> {
     let path: &Path = &plan.out;
-    let exists_nonempty = std::fs::metadata(path)
-        .map(|m| m.len() > 0)
-        .unwrap_or(false);
+    let exists_nonempty = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
     if exists_nonempty && !plan.resume {
         bail!(
             "--out {} already exists and is not empty; pass --resume to continue it, or choose another --out",
             path.display()
         );
     }
-    let (done, repaired_bytes) = if plan.resume {
-        load_existing(plan, template)?
-    } else {
-        (BTreeSet::new(), 0)
-    };
-    let todo: Vec<u64> = (0..plan.samples)
-        .filter(|&g| plan.shard.owns(g) && !done.contains(&g))
-        .collect();
+    let (done, repaired_bytes) = if plan.resume { load_existing(plan, template)? } else { (BTreeSet::new(), 0) };
+    let todo: Vec<u64> = (0..plan.samples).filter(|&g| plan.shard.owns(g) && !done.contains(&g)).collect();
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
     let mut file = OpenOptions::new()
         .create(true)
@@ -206,8 +164,10 @@ pub fn run(
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} samples  {per_sec}  ETA {eta}  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} samples  {per_sec}  ETA {eta}  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut written = 0u64;
     for &g in &todo {
@@ -215,18 +175,12 @@ pub fn run(
             break;
         }
         let record = measure(g).with_context(|| format!("measuring sample {g}"))?;
-        append(&mut file, &record)
-            .with_context(|| format!("appending sample {g} to {}", path.display()))?;
+        append(&mut file, &record).with_context(|| format!("appending sample {g} to {}", path.display()))?;
         written += 1;
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(Summary {
-        existing: done.len() as u64,
-        written,
-        remaining: todo.len() as u64 - written,
-        repaired_bytes,
-    })
+    Ok(Summary { existing: done.len() as u64, written, remaining: todo.len() as u64 - written, repaired_bytes })
 }
 
 #[cfg(test)]
@@ -239,10 +193,7 @@ mod tests {
         assert_eq!(s, Shard { index: 1, count: 3 });
         for bad in ["3/3", "1", "a/2", "0/0", "-1/2", ""] {
             let e = bad.parse::<Shard>().unwrap_err();
-            assert!(
-                e.contains("--shard") && e.contains(&format!("{bad:?}")),
-                "{e}"
-            );
+            assert!(e.contains("--shard") && e.contains(&format!("{bad:?}")), "{e}");
         }
         let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
         for g in 0..30 {

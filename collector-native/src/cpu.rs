@@ -44,7 +44,7 @@ pub struct FusedSet {
     pub batch: usize,
 }
 
-/// Deterministic small pseudo-random value in [-0.005, 0.005) from a counter (SplitMix64).
+/// Deterministic small pseudo-random value in [-0.005, 0.005) from a counter (`SplitMix64`).
 fn init_value(seed: u64, i: u64) -> f32 {
     let mut z = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -85,76 +85,49 @@ impl FusedSet {
         let mut total_dim = 0;
         for (t, (table, b)) in tables.iter().zip(&bags).enumerate() {
             if b.batch() != batch {
-                bail!(
-                    "table `{}` has {} bags, the set's batch is {batch}",
-                    table.name,
-                    b.batch()
-                );
+                bail!("table `{}` has {} bags, the set's batch is {batch}", table.name, b.batch());
             }
-            let n = usize::try_from(table.rows * u64::from(table.dim)).map_err(|_| {
-                anyhow::anyhow!(
-                    "table `{}` is too large for this machine's address space",
-                    table.name
-                )
-            })?;
+            let n = usize::try_from(table.rows * u64::from(table.dim))
+                .map_err(|_| anyhow::anyhow!("table `{}` is too large for this machine's address space", table.name))?;
             let mut w = Vec::new();
-            w.try_reserve_exact(n).map_err(|_| {
-                anyhow::anyhow!(
-                    "table `{}`: cannot allocate {} bytes of weights",
-                    table.name,
-                    n * 4
-                )
-            })?;
+            w.try_reserve_exact(n)
+                .map_err(|_| anyhow::anyhow!("table `{}`: cannot allocate {} bytes of weights", table.name, n * 4))?;
             w.resize(n, 0.0);
-            fill(
-                &mut w,
-                seed ^ (t as u64).wrapping_mul(0xA24B_AED4_963E_E407),
-                threads,
-            );
+            fill(&mut w, seed ^ (t as u64).wrapping_mul(0xA24B_AED4_963E_E407), threads);
             weights.push(w);
             dims.push(table.dim as usize);
             rows.push(table.rows as usize);
             col_offsets.push(total_dim);
             total_dim += table.dim as usize;
         }
-        Ok(Self {
-            dims,
-            col_offsets,
-            total_dim,
-            rows,
-            weights,
-            bags,
-            batch,
-        })
+        Ok(Self { dims, col_offsets, total_dim, rows, weights, bags, batch })
     }
+}
 
-    /// Bytes the forward and the backward touch (see `docs/COLLECTOR.md`, "Effective bandwidth"):
-    /// forward = Σ_t 4·(L_t·dim_t + L_t + batch + 1 + batch·dim_t) — weight rows read per lookup,
-    /// indices, offsets, output written; backward = Σ_t 4·(L_t + batch + 1 + batch·dim_t + 2·L_t·dim_t)
-    /// — indices, offsets, gradient read, weight rows read and written per lookup.
-    #[must_use]
-    pub fn bytes_touched(&self) -> (u64, u64) {
-        let mut fwd = 0u64;
-        let mut bwd = 0u64;
-        for (t, b) in self.bags.iter().enumerate() {
-            let l = b.indices.len() as u64;
-            let d = self.dims[t] as u64;
-            let n = self.batch as u64;
-            fwd += 4 * (l * d + l + n + 1 + n * d);
-            bwd += 4 * (l + n + 1 + n * d + 2 * l * d);
-        }
-        (fwd, bwd)
+/// Bytes the forward and the backward of a fused set touch (`docs/COLLECTOR.md`, "Effective
+/// bandwidth"), 4-byte weights, indices and offsets, with `L` the lookups of a table, `d` its dim and
+/// `n` the batch:
+/// forward = sum over tables of 4·(L·d + L + n + 1 + n·d): a weight row read per lookup, indices,
+/// offsets, output written; backward = sum over tables of 4·(L + n + 1 + n·d + 2·L·d): indices,
+/// offsets, gradient read, a weight row read and written per lookup.
+#[must_use]
+pub fn bytes_touched(tables: &[TableSpec], bags: &[Bags]) -> (u64, u64) {
+    let mut fwd = 0u64;
+    let mut bwd = 0u64;
+    for (t, b) in tables.iter().zip(bags) {
+        let l = b.indices.len() as u64;
+        let d = u64::from(t.dim);
+        let n = b.batch() as u64;
+        fwd += 4 * (l * d + l + n + 1 + n * d);
+        bwd += 4 * (l + n + 1 + n * d + 2 * l * d);
     }
+    (fwd, bwd)
 }
 
 /// Fused forward: `out[b, col_offsets[t]..][..dims[t]] = Σ_{i in bag b of t} weights[t][i]`.
 /// `out` has `batch × total_dim` elements; bags are split evenly across `threads`.
 pub fn forward(set: &FusedSet, out: &mut [f32], threads: usize) {
-    assert_eq!(
-        out.len(),
-        set.batch * set.total_dim,
-        "output buffer shape is fixed by the set"
-    );
+    assert_eq!(out.len(), set.batch * set.total_dim, "output buffer shape is fixed by the set");
     let per = set.batch.div_ceil(threads.max(1)).max(1);
     let run = |b0: usize, chunk: &mut [f32]| {
         for (local, row_out) in chunk.chunks_exact_mut(set.total_dim).enumerate() {
@@ -184,10 +157,13 @@ pub fn forward(set: &FusedSet, out: &mut [f32], threads: usize) {
     });
 }
 
+/// `(row, bag)` lookups bucketed by owner: `[table][owner]`.
+type Buckets = Vec<Vec<Vec<(u32, u32)>>>;
+
 /// Reusable buckets of the backward: `buckets[producer][table][owner]` holds `(row, bag)` pairs.
 #[derive(Debug, Default)]
 pub struct BackwardScratch {
-    buckets: Vec<Vec<Vec<Vec<(u32, u32)>>>>,
+    buckets: Vec<Buckets>,
 }
 
 /// First row owned by `owner` of `threads` in a table of `rows` rows: owner(r) = ⌊r·threads/rows⌋.
@@ -198,18 +174,8 @@ fn owner_start(owner: usize, rows: usize, threads: usize) -> usize {
 /// Fused backward with SGD: for every lookup of row `i` in bag `b` of table `t`,
 /// `weights[t][i] -= lr · grad[b, col_offsets[t]..][..dims[t]]`. Correct under duplicate indices
 /// (see the module doc).
-pub fn backward_sgd(
-    set: &mut FusedSet,
-    grad: &[f32],
-    lr: f32,
-    threads: usize,
-    scratch: &mut BackwardScratch,
-) {
-    assert_eq!(
-        grad.len(),
-        set.batch * set.total_dim,
-        "gradient buffer shape is fixed by the set"
-    );
+pub fn backward_sgd(set: &mut FusedSet, grad: &[f32], lr: f32, threads: usize, scratch: &mut BackwardScratch) {
+    assert_eq!(grad.len(), set.batch * set.total_dim, "gradient buffer shape is fixed by the set");
     let threads = threads.max(1);
     let n_tables = set.bags.len();
     scratch.buckets.resize_with(threads, Vec::new);
@@ -226,11 +192,8 @@ pub fn backward_sgd(
     // Phase 1: each producer buckets the lookups of its bags by owning thread.
     {
         let (bags, rows) = (&set.bags, &set.rows);
-        let bucket_bags = |p: usize, mine: &mut Vec<Vec<Vec<(u32, u32)>>>| {
-            let (b0, b1) = (
-                (p * per).min(bags[0].batch()),
-                ((p + 1) * per).min(bags[0].batch()),
-            );
+        let bucket_bags = |p: usize, mine: &mut Buckets| {
+            let (b0, b1) = ((p * per).min(bags[0].batch()), ((p + 1) * per).min(bags[0].batch()));
             for (t, bag) in bags.iter().enumerate() {
                 let r = rows[t] as u64;
                 for b in b0..b1 {
@@ -252,23 +215,18 @@ pub fn backward_sgd(
         }
     }
     // Phase 2: each owner applies the updates to its rows of every table.
-    let mut per_owner: Vec<Vec<(usize, &mut [f32])>> =
-        (0..threads).map(|_| Vec::with_capacity(n_tables)).collect();
+    let mut per_owner: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::with_capacity(n_tables)).collect();
     for (t, w) in set.weights.iter_mut().enumerate() {
         let (rows, d) = (set.rows[t], set.dims[t]);
         let mut rest: &mut [f32] = w;
         for (o, slot) in per_owner.iter_mut().enumerate() {
-            let (start, end) = (
-                owner_start(o, rows, threads),
-                owner_start(o + 1, rows, threads),
-            );
+            let (start, end) = (owner_start(o, rows, threads), owner_start(o + 1, rows, threads));
             let (mine, tail) = rest.split_at_mut((end - start) * d);
             slot.push((start, mine));
             rest = tail;
         }
     }
-    let (buckets, dims, cols, total) =
-        (&scratch.buckets, &set.dims, &set.col_offsets, set.total_dim);
+    let (buckets, dims, cols, total) = (&scratch.buckets, &set.dims, &set.col_offsets, set.total_dim);
     let apply = |o: usize, tables: Vec<(usize, &mut [f32])>| {
         for (t, (start, w)) in tables.into_iter().enumerate() {
             let d = dims[t];
@@ -315,13 +273,7 @@ pub struct ComputeTimes {
 
 /// Runs `warmup` + `reps` forward+backward iterations and times the last `reps` (wall clock).
 /// `flush` (if non-empty) is written before every iteration.
-pub fn time_compute(
-    set: &mut FusedSet,
-    warmup: u32,
-    reps: u32,
-    threads: usize,
-    flush: &mut [u8],
-) -> ComputeTimes {
+pub fn time_compute(set: &mut FusedSet, warmup: u32, reps: u32, threads: usize, flush: &mut [u8]) -> ComputeTimes {
     let mut out = vec![0.0f32; set.batch * set.total_dim];
     let mut grad = vec![0.0f32; set.batch * set.total_dim];
     fill(&mut grad, 0x6772_6164, threads);
@@ -429,22 +381,14 @@ pub fn time_comm(sample: &CommSample, batch: usize, warmup: u32, reps: u32) -> R
     };
     let fw_in = make_inboxes(&fw_len);
     let bw_in = make_inboxes(&bw_len);
-    let fw_send: Vec<Vec<f32>> = (0..d)
-        .map(|r| vec![1.0; (0..d).map(|s| fw_len(r, s)).sum()])
-        .collect();
-    let bw_send: Vec<Vec<f32>> = (0..d)
-        .map(|r| vec![1.0; (0..d).map(|s| bw_len(r, s)).sum()])
-        .collect();
+    let fw_send: Vec<Vec<f32>> = (0..d).map(|r| vec![1.0; (0..d).map(|s| fw_len(r, s)).sum()]).collect();
+    let bw_send: Vec<Vec<f32>> = (0..d).map(|r| vec![1.0; (0..d).map(|s| bw_len(r, s)).sum()]).collect();
     let barrier = Barrier::new(d);
-    let mut times = CommTimes {
-        fw_ms: vec![Vec::new(); d],
-        bw_ms: vec![Vec::new(); d],
-    };
+    let mut times = CommTimes { fw_ms: vec![Vec::new(); d], bw_ms: vec![Vec::new(); d] };
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..d)
             .map(|r| {
-                let (fw_in, bw_in, fw_send, bw_send, barrier) =
-                    (&fw_in, &bw_in, &fw_send, &bw_send, &barrier);
+                let (fw_in, bw_in, fw_send, bw_send, barrier) = (&fw_in, &bw_in, &fw_send, &bw_send, &barrier);
                 let delay = Duration::from_secs_f64(sample.delays_ms[r] / 1e3);
                 s.spawn(move || {
                     let mut fw = Vec::new();
@@ -468,12 +412,7 @@ pub fn time_comm(sample: &CommSample, batch: usize, warmup: u32, reps: u32) -> R
             }
         }
     });
-    if times
-        .fw_ms
-        .iter()
-        .chain(&times.bw_ms)
-        .any(|v| v.len() != reps as usize || v.iter().any(|x| !x.is_finite()))
-    {
+    if times.fw_ms.iter().chain(&times.bw_ms).any(|v| v.len() != reps as usize || v.iter().any(|x| !x.is_finite())) {
         bail!("a CPU comm worker failed (poisoned lock or panic); no timings for this sample");
     }
     Ok(times)
@@ -494,8 +433,7 @@ mod tests {
             for b in 0..set.batch {
                 for &i in &bags.indices[bags.offsets[b] as usize..bags.offsets[b + 1] as usize] {
                     for c in 0..d {
-                        out[b * set.total_dim + set.col_offsets[t] + c] +=
-                            set.weights[t][i as usize * d + c];
+                        out[b * set.total_dim + set.col_offsets[t] + c] += set.weights[t][i as usize * d + c];
                     }
                 }
             }
@@ -524,9 +462,7 @@ mod tests {
     }
 
     fn close(a: &[f32], b: &[f32], rel: f32) -> bool {
-        a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= rel * (x.abs().max(y.abs())) + 1e-6)
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() <= rel * (x.abs().max(y.abs())) + 1e-6)
     }
 
     /// A small set mixing a tiny hot table (every row repeated in and across bags), a cold one and an
@@ -534,20 +470,13 @@ mod tests {
     fn small_set(threads: usize) -> FusedSet {
         let pool = dlrm_pool().unwrap();
         let mut tables = Vec::new();
-        let tiny = pool
-            .iter()
-            .find(|p| p.rows == 100 && p.pooling_factor > 1.0)
-            .unwrap();
+        let tiny = pool.iter().find(|p| p.rows == 100 && p.pooling_factor > 1.0).unwrap();
         tables.push(tiny.at_dim("tiny".into(), 8, ElementType::Fp32).unwrap());
         tables.push(pool[1].at_dim("cold".into(), 4, ElementType::Fp32).unwrap());
         tables[1].rows = tables[1].rows.min(5000);
         let empty = pool.iter().find(|p| p.pooling_factor == 0.0).unwrap();
         tables.push(empty.at_dim("empty".into(), 12, ElementType::Fp32).unwrap());
-        let bags = tables
-            .iter()
-            .enumerate()
-            .map(|(k, t)| generate_bags(t, 37, k as u64).unwrap())
-            .collect();
+        let bags = tables.iter().enumerate().map(|(k, t)| generate_bags(t, 37, k as u64).unwrap()).collect();
         FusedSet::new(&tables, bags, 3, threads).unwrap()
     }
 
@@ -555,10 +484,7 @@ mod tests {
     fn forward_and_backward_match_the_naive_reference() {
         for threads in [1, 2, 3, 5] {
             let mut set = small_set(threads);
-            assert!(
-                set.bags[0].indices.len() > 100,
-                "the tiny table must repeat rows"
-            );
+            assert!(set.bags[0].indices.len() > 100, "the tiny table must repeat rows");
             let want = naive_forward(&set);
             let mut out = vec![f32::NAN; set.batch * set.total_dim];
             forward(&set, &mut out, threads);
@@ -567,18 +493,9 @@ mod tests {
             let mut grad = vec![0.0; out.len()];
             fill(&mut grad, 9, threads);
             let want_w = naive_backward(&set, &grad, 0.5);
-            backward_sgd(
-                &mut set,
-                &grad,
-                0.5,
-                threads,
-                &mut BackwardScratch::default(),
-            );
-            for t in 0..set.weights.len() {
-                assert!(
-                    close(&set.weights[t], &want_w[t], 1e-4),
-                    "backward table {t}, {threads} threads"
-                );
+            backward_sgd(&mut set, &grad, 0.5, threads, &mut BackwardScratch::default());
+            for (t, (got, want)) in set.weights.iter().zip(&want_w).enumerate() {
+                assert!(close(got, want, 1e-4), "backward table {t}, {threads} threads");
             }
         }
     }
@@ -590,27 +507,17 @@ mod tests {
             assert_eq!(owner_start(threads, rows, threads), rows);
             for r in 0..rows {
                 let o = r * threads / rows;
-                assert!(
-                    owner_start(o, rows, threads) <= r && r < owner_start(o + 1, rows, threads)
-                );
+                assert!(owner_start(o, rows, threads) <= r && r < owner_start(o + 1, rows, threads));
             }
         }
     }
 
     #[test]
     fn comm_exchange_times_every_rank() {
-        let sample = CommSample {
-            device_dims: vec![vec![4, 8], vec![16], vec![4]],
-            delays_ms: vec![0.0, 2.0, 1.0],
-        };
+        let sample = CommSample { device_dims: vec![vec![4, 8], vec![16], vec![4]], delays_ms: vec![0.0, 2.0, 1.0] };
         let t = time_comm(&sample, 12, 1, 3).unwrap();
         assert_eq!(t.fw_ms.len(), 3);
-        assert!(
-            t.fw_ms
-                .iter()
-                .chain(&t.bw_ms)
-                .all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0))
-        );
+        assert!(t.fw_ms.iter().chain(&t.bw_ms).all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0)));
         // Rank 0 starts first and must wait for rank 1's delayed block: about 2 ms.
         assert!(t.fw_ms[0].iter().all(|&x| x >= 1.5), "{:?}", t.fw_ms[0]);
         assert!(time_comm(&sample, 2, 1, 1).is_err());

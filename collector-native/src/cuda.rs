@@ -24,9 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use planner_core::dataset::{BackendKind, Hardware, fnv1a64};
 use planner_core::table::TableSpec;
@@ -72,24 +70,13 @@ fn ptx_cache_dir() -> Option<PathBuf> {
 /// Compiles `src` for compute capability `cc` with NVRTC, or loads it from the cache keyed by
 /// (FNV-1a of the source, cc).
 fn compile_cached(name: &str, src: &str, cc: (i32, i32)) -> Result<Ptx> {
-    let key = format!(
-        "{name}-{:016x}-sm{}{}.ptx",
-        fnv1a64(src.as_bytes()),
-        cc.0,
-        cc.1
-    );
+    let key = format!("{name}-{:016x}-sm{}{}.ptx", fnv1a64(src.as_bytes()), cc.0, cc.1);
     let cached = ptx_cache_dir().map(|d| d.join(&key));
-    if let Some(text) = cached
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-    {
+    if let Some(text) = cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
         return Ok(Ptx::from_src(text));
     }
     let opts = CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{}{}", cc.0, cc.1),
-            "-std=c++17".into(),
-        ],
+        options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1), "-std=c++17".into()],
         ..Default::default()
     };
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts)
@@ -125,10 +112,8 @@ impl Gpu {
         let ctx = CudaContext::new(ordinal).with_context(|| format!("opening GPU {ordinal}"))?;
         let stream = ctx.default_stream();
         let cc = ctx.compute_capability()?;
-        let l2_bytes =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize;
-        let sms =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let l2_bytes = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize;
+        let sms = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let load = |name: &str, src: &str, func: &str| -> Result<CudaFunction> {
             let module = ctx
                 .load_module(compile_cached(name, src, cc)?)
@@ -151,38 +136,21 @@ impl Gpu {
     }
 
     fn grid_stride_cfg(&self) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (self.sms * 8, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        }
+        LaunchConfig { grid_dim: (self.sms * 8, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
     }
 
     fn fill(&self, buf: &mut CudaSlice<f32>, seed: u64) -> Result<()> {
         let n = buf.len() as u64;
         // SAFETY: `fill_uniform(float*, u64, u64)` matches the three arguments pushed; it writes only
         // indices < n, the length of `buf`.
-        unsafe {
-            self.stream
-                .launch_builder(&self.fill)
-                .arg(buf)
-                .arg(&n)
-                .arg(&seed)
-                .launch(self.grid_stride_cfg())
-        }?;
+        unsafe { self.stream.launch_builder(&self.fill).arg(buf).arg(&n).arg(&seed).launch(self.grid_stride_cfg()) }?;
         Ok(())
     }
 
     fn flush_l2(&self, buf: &mut CudaSlice<f32>) -> Result<()> {
         let n = buf.len() as u64;
         // SAFETY: `l2_flush(float*, u64)` matches the arguments; it touches only indices < n.
-        unsafe {
-            self.stream
-                .launch_builder(&self.flush)
-                .arg(buf)
-                .arg(&n)
-                .launch(self.grid_stride_cfg())
-        }?;
+        unsafe { self.stream.launch_builder(&self.flush).arg(buf).arg(&n).launch(self.grid_stride_cfg()) }?;
         Ok(())
     }
 }
@@ -217,8 +185,7 @@ struct Layout {
 
 fn layout(dims_rows: &[(u32, u64)], bags: &[Bags]) -> Result<Layout> {
     let batch = bags.first().map_or(0, Bags::batch);
-    let batch = u32::try_from(batch)
-        .map_err(|_| anyhow!("batch {batch} does not fit the kernels' 32-bit bag ids"))?;
+    let batch = u32::try_from(batch).map_err(|_| anyhow!("batch {batch} does not fit the kernels' 32-bit bag ids"))?;
     let mut l = Layout {
         weight_offsets: Vec::new(),
         dims: Vec::new(),
@@ -231,14 +198,10 @@ fn layout(dims_rows: &[(u32, u64)], bags: &[Bags]) -> Result<Layout> {
     };
     for (&(dim, rows), b) in dims_rows.iter().zip(bags) {
         if b.batch() != batch as usize {
-            bail!(
-                "every table of a set needs the same batch ({} vs {batch})",
-                b.batch()
-            );
+            bail!("every table of a set needs the same batch ({} vs {batch})", b.batch());
         }
         let base = l.indices.len() as u64;
-        l.offsets
-            .extend(b.offsets.iter().map(|&o| base + u64::from(o)));
+        l.offsets.extend(b.offsets.iter().map(|&o| base + u64::from(o)));
         l.indices.extend_from_slice(&b.indices);
         l.weight_offsets.push(l.total_weights);
         l.dims.push(dim);
@@ -250,31 +213,22 @@ fn layout(dims_rows: &[(u32, u64)], bags: &[Bags]) -> Result<Layout> {
 }
 
 impl GpuSet {
-    fn upload(
-        gpu: &Gpu,
-        l: &Layout,
-        weights: Option<&[f32]>,
-        grad: Option<&[f32]>,
-        seed: u64,
-    ) -> Result<Self> {
+    fn upload(gpu: &Gpu, l: &Layout, weights: Option<&[f32]>, grad: Option<&[f32]>, seed: u64) -> Result<Self> {
         let s = &gpu.stream;
         let out_len = l.batch as usize * l.total_dim as usize;
         let mut w = match weights {
             Some(h) => s.clone_htod(h)?,
-            None => s
-                .alloc_zeros::<f32>(l.total_weights as usize)
-                .context("allocating the weights on the GPU")?,
+            None => s.alloc_zeros::<f32>(l.total_weights as usize).context("allocating the weights on the GPU")?,
         };
         if weights.is_none() {
             gpu.fill(&mut w, seed)?;
         }
-        let g = match grad {
-            Some(h) => s.clone_htod(h)?,
-            None => {
-                let mut g = s.alloc_zeros::<f32>(out_len)?;
-                gpu.fill(&mut g, seed ^ 0x6772_6164)?;
-                g
-            }
+        let g = if let Some(h) = grad {
+            s.clone_htod(h)?
+        } else {
+            let mut g = s.alloc_zeros::<f32>(out_len)?;
+            gpu.fill(&mut g, seed ^ 0x6772_6164)?;
+            g
         };
         Ok(Self {
             weights: w,
@@ -391,8 +345,7 @@ fn comm_worker(
         }
     };
     while let Ok(job) = jobs.recv() {
-        let result =
-            run_exchange(&ctx, &stream, &comm, &job).map_err(|e| format!("rank {rank}: {e:#}"));
+        let result = run_exchange(&ctx, &stream, &comm, &job).map_err(|e| format!("rank {rank}: {e:#}"));
         let _ = job.reply.send(result);
     }
 }
@@ -427,12 +380,12 @@ fn run_exchange(
             let (mut so, mut ro) = (0, 0);
             for peer in 0..job.send_counts.len() {
                 let (ns, nr) = (job.send_counts[peer], job.recv_counts[peer]);
+                let peer_i32 = i32::try_from(peer)?;
                 if ns > 0 {
-                    comm.send(&send.slice(so..so + ns), peer as i32)
-                        .map_err(|e| anyhow!("ncclSend to {peer}: {e:?}"))?;
+                    comm.send(&send.slice(so..so + ns), peer_i32).map_err(|e| anyhow!("ncclSend to {peer}: {e:?}"))?;
                 }
                 if nr > 0 {
-                    comm.recv(&mut recv.slice_mut(ro..ro + nr), peer as i32)
+                    comm.recv(&mut recv.slice_mut(ro..ro + nr), peer_i32)
                         .map_err(|e| anyhow!("ncclRecv from {peer}: {e:?}"))?;
                 }
                 so += ns;
@@ -474,38 +427,24 @@ impl CudaBackend {
             );
         }
         if !nvrtc_present() {
-            bail!(
-                "NVRTC (libnvrtc.so) cannot be loaded: add the CUDA toolkit's lib64 directory to LD_LIBRARY_PATH"
-            );
+            bail!("NVRTC (libnvrtc.so) cannot be loaded: add the CUDA toolkit's lib64 directory to LD_LIBRARY_PATH");
         }
         let count = CudaContext::device_count().context("counting GPUs")?;
         if count <= 0 {
             bail!("the CUDA driver reports no GPU; use --backend cpu");
         }
-        let gpus = (0..count as usize)
-            .map(Gpu::open)
-            .collect::<Result<Vec<_>>>()?;
+        let gpus = (0..count as usize).map(Gpu::open).collect::<Result<Vec<_>>>()?;
         let mut driver = 0i32;
         // SAFETY: the driver library is present (checked above) and `driver` is a valid out pointer.
         let _ = unsafe { cudarc::driver::sys::cuDriverGetVersion(&raw mut driver) };
         let (mut nv_major, mut nv_minor) = (0i32, 0i32);
         // SAFETY: NVRTC is present (checked above); both are valid out pointers.
         let _ = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&raw mut nv_major, &raw mut nv_minor) };
-        let nccl = if nccl_present() {
-            cudarc::nccl::result::get_nccl_version().ok()
-        } else {
-            None
-        };
+        let nccl = if nccl_present() { cudarc::nccl::result::get_nccl_version().ok() } else { None };
         let first = &gpus[0];
         let hardware = Hardware {
             backend: BackendKind::Cuda,
-            fingerprint: format!(
-                "cuda:{}:sm{}{}:x{}:driver{driver}",
-                first.name,
-                first.cc.0,
-                first.cc.1,
-                gpus.len()
-            ),
+            fingerprint: format!("cuda:{}:sm{}{}:x{}:driver{driver}", first.name, first.cc.0, first.cc.1, gpus.len()),
             devices: gpus.iter().map(|g| g.name.clone()).collect(),
             software: format!(
                 "driver {driver}, nvrtc {nv_major}.{nv_minor}, nccl {}, shardplan-collect {}",
@@ -513,27 +452,15 @@ impl CudaBackend {
                 env!("CARGO_PKG_VERSION")
             ),
         };
-        let ptx_keys = [
-            ("embedding_bag_fwd", FWD_SRC),
-            ("embedding_bag_bwd", BWD_SRC),
-            ("l2_flush", FLUSH_SRC),
-        ]
-        .into_iter()
-        .map(|(n, s)| (n, fnv1a64(s.as_bytes())))
-        .collect();
-        Ok(Self {
-            gpus,
-            hardware,
-            flush,
-            workers: Vec::new(),
-            ptx_keys,
-        })
+        let ptx_keys = [("embedding_bag_fwd", FWD_SRC), ("embedding_bag_bwd", BWD_SRC), ("l2_flush", FLUSH_SRC)]
+            .into_iter()
+            .map(|(n, s)| (n, fnv1a64(s.as_bytes())))
+            .collect();
+        Ok(Self { gpus, hardware, flush, workers: Vec::new(), ptx_keys })
     }
 
     fn gpu(&self, device: usize) -> Result<&Gpu> {
-        self.gpus
-            .get(device)
-            .ok_or_else(|| anyhow!("GPU {device} does not exist; {} visible", self.gpus.len()))
+        self.gpus.get(device).ok_or_else(|| anyhow!("GPU {device} does not exist; {} visible", self.gpus.len()))
     }
 
     /// Starts (or restarts with another size) the per-GPU NCCL workers for `world` ranks.
@@ -602,27 +529,16 @@ impl CudaBackend {
             .into_iter()
             .enumerate()
             .map(|(r, rx)| {
-                rx.recv()
-                    .map_err(|_| anyhow!("NCCL worker {r} died"))
-                    .and_then(|x| x.map_err(|e| anyhow!(e)))
+                rx.recv().map_err(|_| anyhow!("NCCL worker {r} died")).and_then(|x| x.map_err(|e| anyhow!(e)))
             })
             .collect()
     }
 
     /// Forward output and updated weights of one forward + backward (correctness tests).
     #[cfg(test)]
-    fn run_once(
-        &self,
-        set: &crate::cpu::FusedSet,
-        grad: &[f32],
-    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    fn run_once(&self, set: &crate::cpu::FusedSet, grad: &[f32]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let gpu = self.gpu(0)?;
-        let dims_rows: Vec<(u32, u64)> = set
-            .dims
-            .iter()
-            .zip(&set.rows)
-            .map(|(&d, &r)| (d as u32, r as u64))
-            .collect();
+        let dims_rows: Vec<(u32, u64)> = set.dims.iter().zip(&set.rows).map(|(&d, &r)| (d as u32, r as u64)).collect();
         let l = layout(&dims_rows, &set.bags)?;
         let flat: Vec<f32> = set.weights.iter().flatten().copied().collect();
         let mut g = GpuSet::upload(gpu, &l, Some(&flat), Some(grad), 0)?;
@@ -679,14 +595,8 @@ impl Backend for CudaBackend {
         let dims_rows: Vec<(u32, u64)> = tables.iter().map(|t| (t.dim, t.rows)).collect();
         let l = layout(&dims_rows, &bags)?;
         let mut set = GpuSet::upload(gpu, &l, None, None, seed)?;
-        let mut flush_buf = if self.flush {
-            Some(
-                gpu.stream
-                    .alloc_zeros::<f32>((2 * gpu.l2_bytes).max(8 << 20) / 4)?,
-            )
-        } else {
-            None
-        };
+        let mut flush_buf =
+            if self.flush { Some(gpu.stream.alloc_zeros::<f32>((2 * gpu.l2_bytes).max(8 << 20) / 4)?) } else { None };
         let e0 = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         let e1 = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         let e2 = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -712,10 +622,7 @@ impl Backend for CudaBackend {
     fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes> {
         let d = sample.device_dims.len();
         if d == 0 || d > self.gpus.len() {
-            bail!(
-                "an all-to-all over {d} devices needs {d} GPUs; {} visible",
-                self.gpus.len()
-            );
+            bail!("an all-to-all over {d} devices needs {d} GPUs; {} visible", self.gpus.len());
         }
         if batch < d {
             bail!("--batch-size = {batch} must be at least the device count {d}");
@@ -723,19 +630,9 @@ impl Backend for CudaBackend {
         let rows = batch / d;
         let sums: Vec<usize> = sample.dim_sums().iter().map(|&x| x as usize).collect();
         // Forward: r sends rows × sums[r] to every s and receives rows × sums[s] from s.
-        let fw = |r: usize| {
-            (
-                (0..d).map(|_| rows * sums[r]).collect(),
-                (0..d).map(|s| rows * sums[s]).collect(),
-            )
-        };
+        let fw = |r: usize| ((0..d).map(|_| rows * sums[r]).collect(), (0..d).map(|s| rows * sums[s]).collect());
         // Backward (the reverse): r sends rows × sums[s] to s and receives rows × sums[r] from everyone.
-        let bw = |r: usize| {
-            (
-                (0..d).map(|s| rows * sums[s]).collect(),
-                (0..d).map(|_| rows * sums[r]).collect(),
-            )
-        };
+        let bw = |r: usize| ((0..d).map(|s| rows * sums[s]).collect(), (0..d).map(|_| rows * sums[r]).collect());
         let fw_ms = self.exchange(&fw, &sample.delays_ms, timing)?;
         let bw_ms = self.exchange(&bw, &vec![0.0; d], timing)?;
         Ok(CommTimes { fw_ms, bw_ms })
@@ -795,9 +692,7 @@ mod tests {
     fn gpu_tests_enabled(test: &str) -> bool {
         let on = std::env::var("SHARDPLAN_GPU_TESTS").is_ok_and(|v| v == "1");
         if !on {
-            eprintln!(
-                "{test}: skipped (set SHARDPLAN_GPU_TESTS=1 on a machine with an NVIDIA GPU to run it)"
-            );
+            eprintln!("{test}: skipped (set SHARDPLAN_GPU_TESTS=1 on a machine with an NVIDIA GPU to run it)");
         }
         on
     }
@@ -812,14 +707,8 @@ mod tests {
     #[test]
     fn layout_is_absolute_and_aligned() {
         let bags = vec![
-            Bags {
-                offsets: vec![0, 2, 3],
-                indices: vec![1, 1, 0],
-            },
-            Bags {
-                offsets: vec![0, 0, 1],
-                indices: vec![4],
-            },
+            Bags { offsets: vec![0, 2, 3], indices: vec![1, 1, 0] },
+            Bags { offsets: vec![0, 0, 1], indices: vec![4] },
         ];
         let l = layout(&[(8, 2), (4, 5)], &bags).unwrap();
         assert_eq!(l.offsets, vec![0, 2, 3, 3, 3, 4]);
@@ -851,29 +740,17 @@ mod tests {
                     t
                 })
                 .collect();
-            let bags: Vec<Bags> = tables
-                .iter()
-                .enumerate()
-                .map(|(k, t)| generate_bags(t, 513, 99 + k as u64).unwrap())
-                .collect();
+            let bags: Vec<Bags> =
+                tables.iter().enumerate().map(|(k, t)| generate_bags(t, 513, 99 + k as u64).unwrap()).collect();
             let mut set = FusedSet::new(&tables, bags, 7 + round as u64, 2).unwrap();
             let mut grad = vec![0.0; set.batch * set.total_dim];
             fill(&mut grad, 11, 2);
             let (gpu_out, gpu_w) = backend.run_once(&set, &grad).unwrap();
             let mut out = vec![0.0; grad.len()];
             forward(&set, &mut out, 2);
-            backward_sgd(
-                &mut set,
-                &grad,
-                LEARNING_RATE,
-                2,
-                &mut BackwardScratch::default(),
-            );
+            backward_sgd(&mut set, &grad, LEARNING_RATE, 2, &mut BackwardScratch::default());
             let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * a.abs().max(b.abs()) + 1e-6;
-            assert!(
-                out.iter().zip(&gpu_out).all(|(a, b)| close(*a, *b)),
-                "forward differs (round {round})"
-            );
+            assert!(out.iter().zip(&gpu_out).all(|(a, b)| close(*a, *b)), "forward differs (round {round})");
             for (t, w) in set.weights.iter().enumerate() {
                 assert!(
                     w.iter().zip(&gpu_w[t]).all(|(a, b)| close(*a, *b)),
@@ -889,31 +766,14 @@ mod tests {
             return;
         }
         let mut backend = CudaBackend::new(true).unwrap();
-        let t = dlrm_pool().unwrap()[5]
-            .at_dim("t".into(), 64, ElementType::Fp32)
-            .unwrap();
+        let t = dlrm_pool().unwrap()[5].at_dim("t".into(), 64, ElementType::Fp32).unwrap();
         let bags = vec![generate_bags(&t, 4096, 1).unwrap()];
-        let times = backend
-            .compute(
-                0,
-                std::slice::from_ref(&t),
-                bags,
-                3,
-                Timing { warmup: 2, reps: 3 },
-            )
-            .unwrap();
+        let times = backend.compute(0, std::slice::from_ref(&t), bags, 3, Timing { warmup: 2, reps: 3 }).unwrap();
         assert!(times.fwd_ms.iter().chain(&times.bwd_ms).all(|&x| x > 0.0));
         let d = backend.max_comm_devices().unwrap();
         let sample = crate::workload::sample_comm(d, 4);
-        let c = backend
-            .comm(&sample, 4096, Timing { warmup: 1, reps: 3 })
-            .unwrap();
+        let c = backend.comm(&sample, 4096, Timing { warmup: 1, reps: 3 }).unwrap();
         assert_eq!(c.fw_ms.len(), d);
-        assert!(
-            c.fw_ms
-                .iter()
-                .chain(&c.bw_ms)
-                .all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0))
-        );
+        assert!(c.fw_ms.iter().chain(&c.bw_ms).all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0)));
     }
 }

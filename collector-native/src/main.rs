@@ -39,8 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use planner_core::dataset::{
-    CostRecord, DATASET_SCHEMA, HardwarePolicy, Measurement, Protocol, RunInfo, TableRecord,
-    Timings, fnv1a64, parse_dataset,
+    CostRecord, DATASET_SCHEMA, HardwarePolicy, Measurement, Protocol, RunInfo, TableRecord, Timings, fnv1a64,
+    parse_dataset,
 };
 use planner_core::features::FeatureSchema;
 use planner_core::pool::dlrm_pool;
@@ -89,6 +89,8 @@ enum Command {
     MeasurePlan(measure::MeasurePlanArgs),
     /// Validate datasets (schema, hardware, duplicates) and print a summary.
     Check(CheckArgs),
+    /// Benchmark the backend: compute and comm samples/s, kernels' effective bandwidth (no dataset).
+    Bench(BenchArgs),
 }
 
 /// Options shared by `compute` and `comm`.
@@ -97,7 +99,7 @@ struct CollectArgs {
     /// Samples of the whole run (all shards together).
     #[arg(long)]
     samples: u64,
-    /// Base seed; sample g uses task_seed(seed, g).
+    /// Base seed; sample g uses `task_seed(seed, g)`.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Measure only samples g with g % n == i.
@@ -149,6 +151,37 @@ struct CommArgs {
 }
 
 #[derive(Args, Debug)]
+struct BenchArgs {
+    /// Compute samples to run.
+    #[arg(long, default_value_t = 5)]
+    compute_samples: u64,
+    /// Comm samples to run.
+    #[arg(long, default_value_t = 5)]
+    comm_samples: u64,
+    /// Bags per table.
+    #[arg(long, default_value_t = 65_536)]
+    batch_size: u32,
+    /// Devices of the comm samples.
+    #[arg(long, default_value_t = 4)]
+    devices: usize,
+    /// Memory cap of a compute set.
+    #[arg(long, default_value = "4GiB")]
+    mem_cap: String,
+    /// Most tables in a compute set.
+    #[arg(long, default_value_t = 15)]
+    max_tables: usize,
+    /// Base seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Untimed runs per sample.
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
+    /// Timed runs per sample.
+    #[arg(long, default_value_t = 10)]
+    reps: u32,
+}
+
+#[derive(Args, Debug)]
 struct CheckArgs {
     /// Dataset files.
     #[arg(required = true)]
@@ -160,7 +193,7 @@ struct CheckArgs {
 
 fn main() {
     let cli = Cli::parse();
-    match run(cli) {
+    match run(&cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -175,9 +208,7 @@ const EXIT_INTERRUPTED: i32 = 130;
 fn make_backend(cli: &Cli, flush: bool) -> Result<Box<dyn Backend>> {
     Ok(match cli.backend {
         BackendArg::Cpu => Box::new(CpuBackend::new(cli.threads, flush)?),
-        BackendArg::Cuda => {
-            Box::new(cuda::CudaBackend::new(flush).context("starting the cuda backend")?)
-        }
+        BackendArg::Cuda => Box::new(cuda::CudaBackend::new(flush).context("starting the cuda backend")?),
     })
 }
 
@@ -195,21 +226,22 @@ fn install_stop_handler() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-fn run(cli: Cli) -> Result<i32> {
+fn run(cli: &Cli) -> Result<i32> {
     match &cli.command {
         Command::Probe => {
-            let mut backend = make_backend(&cli, true)?;
+            let mut backend = make_backend(cli, true)?;
             println!("{}", serde_json::to_string_pretty(&backend.probe()?)?);
             Ok(0)
         }
-        Command::Compute(args) => compute(&cli, args),
-        Command::Comm(args) => comm(&cli, args),
+        Command::Compute(args) => compute(cli, args),
+        Command::Comm(args) => comm(cli, args),
         Command::MeasurePlan(args) => {
-            let mut backend = make_backend(&cli, !args.no_flush)?;
+            let mut backend = make_backend(cli, !args.no_flush)?;
             measure::measure_plan(backend.as_mut(), args)?;
             Ok(0)
         }
         Command::Check(args) => check(args),
+        Command::Bench(args) => bench(cli, args),
     }
 }
 
@@ -218,45 +250,24 @@ fn validate_common(c: &CollectArgs) -> Result<()> {
         bail!("--samples = 0 is invalid: measure at least 1 sample");
     }
     if c.batch_size == 0 || c.batch_size > 1 << 22 {
-        bail!(
-            "--batch-size = {} is invalid: use 1..=4194304",
-            c.batch_size
-        );
+        bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
     }
     if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
-        bail!(
-            "--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000",
-            c.reps,
-            c.warmup
-        );
+        bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
     }
     Ok(())
 }
 
-fn template(
-    backend: &dyn Backend,
-    c: &CollectArgs,
-    pool: String,
-    measurement: Measurement,
-) -> CostRecord {
+fn template(backend: &dyn Backend, c: &CollectArgs, pool: String, measurement: Measurement) -> CostRecord {
     CostRecord {
         schema: DATASET_SCHEMA.into(),
         sample_index: 0,
-        run: RunInfo {
-            seed: c.seed,
-            pool,
-            shard_index: c.shard.index,
-            shard_count: c.shard.count,
-        },
+        run: RunInfo { seed: c.seed, pool, shard_index: c.shard.index, shard_count: c.shard.count },
         hardware: backend.hardware().clone(),
         batch_size: c.batch_size,
         dtype: ElementType::Fp32,
         feature_schema: FeatureSchema::NeuroShard20,
-        protocol: Protocol {
-            warmup: c.warmup,
-            reps: c.reps,
-            cache_flush: backend.cache_flush(),
-        },
+        protocol: Protocol { warmup: c.warmup, reps: c.reps, cache_flush: backend.cache_flush() },
         measurement,
     }
 }
@@ -273,11 +284,8 @@ pub fn load_base_tables(path: Option<&Path>) -> Result<(Vec<TableSpec>, String)>
             Ok((tables, "dlrm_t856".into()))
         }
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading --tables {}", p.display()))?;
-            let is_json = p
-                .extension()
-                .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading --tables {}", p.display()))?;
+            let is_json = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
             let tables = if is_json {
                 planner_core::input::parse_tables_json(&text)
             } else {
@@ -285,25 +293,15 @@ pub fn load_base_tables(path: Option<&Path>) -> Result<(Vec<TableSpec>, String)>
             }
             .with_context(|| format!("parsing --tables {}", p.display()))?;
             check_fp32(&tables)?;
-            let name = p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            );
-            Ok((
-                tables,
-                format!("file:{name}#{:016x}", fnv1a64(text.as_bytes())),
-            ))
+            let name = p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+            Ok((tables, format!("file:{name}#{:016x}", fnv1a64(text.as_bytes()))))
         }
     }
 }
 
 fn report(summary: &collect::Summary, out: &Path) -> i32 {
     if summary.repaired_bytes > 0 {
-        eprintln!(
-            "repaired {}: cut a truncated last line of {} bytes",
-            out.display(),
-            summary.repaired_bytes
-        );
+        eprintln!("repaired {}: cut a truncated last line of {} bytes", out.display(), summary.repaired_bytes);
     }
     eprintln!(
         "{}: {} records were already there, {} written now, {} of this shard remaining",
@@ -323,10 +321,7 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let c = &args.common;
     validate_common(c)?;
     if args.max_tables == 0 || args.max_tables > 1024 {
-        bail!(
-            "--max-tables = {} is invalid: use 1..=1024",
-            args.max_tables
-        );
+        bail!("--max-tables = {} is invalid: use 1..=1024", args.max_tables);
     }
     let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
     let (base, pool_label) = load_base_tables(args.tables.as_deref())?;
@@ -346,18 +341,9 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
         total: Timings::from_reps(vec![]),
     };
     let tpl = template(backend.as_ref(), c, pool_label, empty);
-    let plan = RunPlan {
-        out: c.out.clone(),
-        samples: c.samples,
-        shard: c.shard,
-        resume: c.resume,
-        quiet: cli.quiet,
-    };
+    let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
-    let timing = Timing {
-        warmup: c.warmup,
-        reps: c.reps,
-    };
+    let timing = Timing { warmup: c.warmup, reps: c.reps };
     let summary = collect::run(&plan, &tpl, &stop, |g| {
         let seed = task_seed(c.seed, g as usize);
         let set = workload::sample_compute_set(&candidates, args.max_tables, mem_cap, seed)?;
@@ -368,12 +354,7 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
             .map(|(k, t)| workload::generate_bags(t, c.batch_size, task_seed(seed, k)))
             .collect::<Result<Vec<_>>>()?;
         let times = backend.compute(0, &set, bags, seed, timing)?;
-        let total: Vec<f64> = times
-            .fwd_ms
-            .iter()
-            .zip(&times.bwd_ms)
-            .map(|(f, b)| f + b)
-            .collect();
+        let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
         let mut r = tpl.clone();
         r.sample_index = g;
         r.measurement = Measurement::Compute {
@@ -417,24 +398,10 @@ fn comm(cli: &Cli, args: &CommArgs) -> Result<i32> {
         fw: Vec::new(),
         bw: Vec::new(),
     };
-    let tpl = template(
-        backend.as_ref(),
-        c,
-        format!("comm:d{}", args.devices),
-        empty,
-    );
-    let plan = RunPlan {
-        out: c.out.clone(),
-        samples: c.samples,
-        shard: c.shard,
-        resume: c.resume,
-        quiet: cli.quiet,
-    };
+    let tpl = template(backend.as_ref(), c, format!("comm:d{}", args.devices), empty);
+    let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
-    let timing = Timing {
-        warmup: c.warmup,
-        reps: c.reps,
-    };
+    let timing = Timing { warmup: c.warmup, reps: c.reps };
     let summary = collect::run(&plan, &tpl, &stop, |g| {
         let sample = workload::sample_comm(args.devices, task_seed(c.seed, g as usize));
         let times = backend.comm(&sample, c.batch_size as usize, timing)?;
@@ -453,22 +420,15 @@ fn comm(cli: &Cli, args: &CommArgs) -> Result<i32> {
 }
 
 fn check(args: &CheckArgs) -> Result<i32> {
-    let policy = if args.mix_hardware {
-        HardwarePolicy::Mix
-    } else {
-        HardwarePolicy::Single
-    };
+    let policy = if args.mix_hardware { HardwarePolicy::Mix } else { HardwarePolicy::Single };
     let mut all: Vec<CostRecord> = Vec::new();
     for f in &args.files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
         all.extend(parse_dataset(&f.display().to_string(), &text, policy)?);
     }
     if policy == HardwarePolicy::Single
         && let Some(first) = all.first()
-        && let Some(other) = all
-            .iter()
-            .find(|r| r.hardware.fingerprint != first.hardware.fingerprint)
+        && let Some(other) = all.iter().find(|r| r.hardware.fingerprint != first.hardware.fingerprint)
     {
         bail!(
             "the files mix hardware {:?} and {:?}; pass --mix-hardware to accept that",
@@ -476,27 +436,87 @@ fn check(args: &CheckArgs) -> Result<i32> {
             other.hardware.fingerprint
         );
     }
-    let mut seen = std::collections::BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
     for r in &all {
-        let key = (
-            r.kind(),
-            serde_json::to_string(&(&r.run.seed, &r.run.pool, &r.hardware.fingerprint))?,
-            r.sample_index,
-        );
-        if seen.insert(key, ()).is_some() {
-            bail!(
-                "sample {} ({}, seed {}) appears more than once",
-                r.sample_index,
-                r.kind(),
-                r.run.seed
-            );
+        let key =
+            (r.kind(), serde_json::to_string(&(&r.run.seed, &r.run.pool, &r.hardware.fingerprint))?, r.sample_index);
+        if !seen.insert(key) {
+            bail!("sample {} ({}, seed {}) appears more than once", r.sample_index, r.kind(), r.run.seed);
         }
     }
     let compute = all.iter().filter(|r| r.kind() == "compute").count();
-    println!(
-        "{} records: {compute} compute, {} comm; no duplicates",
-        all.len(),
-        all.len() - compute
-    );
+    println!("{} records: {compute} compute, {} comm; no duplicates", all.len(), all.len() - compute);
+    Ok(0)
+}
+
+/// Runs compute and comm samples exactly as a collection does (same generator, same protocol) without
+/// writing them, and reports throughput and the kernels' effective bandwidth (bytes touched / median time,
+/// see `cpu::bytes_touched`).
+fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {
+    let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
+    if args.batch_size == 0 || (args.batch_size as usize) < args.devices || args.devices == 0 || args.reps == 0 {
+        bail!(
+            "--batch-size = {}, --devices = {}, --reps = {}: need batch >= devices >= 1 and reps >= 1",
+            args.batch_size,
+            args.devices,
+            args.reps
+        );
+    }
+    let (base, _) = load_base_tables(None)?;
+    let candidates = workload::augmented_candidates(&base, mem_cap)?;
+    let mut backend = make_backend(cli, true)?;
+    let timing = Timing { warmup: args.warmup, reps: args.reps };
+    let (mut fwd_bytes, mut bwd_bytes, mut fwd_ms, mut bwd_ms) = (0u64, 0u64, 0.0f64, 0.0f64);
+    let mut per_sample = Vec::new();
+    let t0 = std::time::Instant::now();
+    for g in 0..args.compute_samples {
+        let seed = task_seed(args.seed, g as usize);
+        let set = workload::sample_compute_set(&candidates, args.max_tables, mem_cap, seed)?;
+        check_fits(backend.as_ref(), 0, &set)?;
+        let bags = set
+            .iter()
+            .enumerate()
+            .map(|(k, t)| workload::generate_bags(t, args.batch_size, task_seed(seed, k)))
+            .collect::<Result<Vec<_>>>()?;
+        let (fb, bb) = cpu::bytes_touched(&set, &bags);
+        let times = backend.compute(0, &set, bags, seed, timing)?;
+        let (f, b) = (planner_core::dataset::median(&times.fwd_ms), planner_core::dataset::median(&times.bwd_ms));
+        per_sample.push(serde_json::json!({
+            "tables": set.len(),
+            "fwd_ms": f,
+            "bwd_ms": b,
+            "fwd_gb_per_s": fb as f64 / (f / 1e3) / 1e9,
+            "bwd_gb_per_s": bb as f64 / (b / 1e3) / 1e9,
+        }));
+        (fwd_bytes, bwd_bytes, fwd_ms, bwd_ms) = (fwd_bytes + fb, bwd_bytes + bb, fwd_ms + f, bwd_ms + b);
+    }
+    let compute_s = t0.elapsed().as_secs_f64();
+    let t1 = std::time::Instant::now();
+    for g in 0..args.comm_samples {
+        let sample = workload::sample_comm(args.devices, task_seed(args.seed, g as usize));
+        backend.comm(&sample, args.batch_size as usize, timing)?;
+    }
+    let comm_s = t1.elapsed().as_secs_f64();
+    let out = serde_json::json!({
+        "hardware": backend.hardware(),
+        "batch_size": args.batch_size,
+        "protocol": { "warmup": args.warmup, "reps": args.reps, "cache_flush": backend.cache_flush() },
+        "compute": {
+            "samples": args.compute_samples,
+            "seconds": compute_s,
+            "samples_per_s": args.compute_samples as f64 / compute_s,
+            "fwd_effective_gb_per_s": fwd_bytes as f64 / (fwd_ms / 1e3) / 1e9,
+            "bwd_effective_gb_per_s": bwd_bytes as f64 / (bwd_ms / 1e3) / 1e9,
+            "bandwidth_formula": "sum of bytes touched over samples / sum of median kernel times (cpu::bytes_touched)",
+            "per_sample": per_sample,
+        },
+        "comm": {
+            "devices": args.devices,
+            "samples": args.comm_samples,
+            "seconds": comm_s,
+            "samples_per_s": args.comm_samples as f64 / comm_s,
+        },
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(0)
 }

@@ -65,37 +65,23 @@ pub const MEASURED_PLAN_SCHEMA: &str = "shardplan.measured-plan/v1";
 /// Runs `measure-plan`.
 pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result<()> {
     if args.batch_size == 0 || args.reps == 0 {
-        anyhow::bail!(
-            "--batch-size = {} and --reps = {} must both be at least 1",
-            args.batch_size,
-            args.reps
-        );
+        anyhow::bail!("--batch-size = {} and --reps = {} must both be at least 1", args.batch_size, args.reps);
     }
-    let text = std::fs::read_to_string(&args.plan)
-        .with_context(|| format!("reading plan {}", args.plan.display()))?;
-    let (doc, plan) = PlanDocument::from_json(&text)
-        .with_context(|| format!("parsing plan {}", args.plan.display()))?;
+    let text = std::fs::read_to_string(&args.plan).with_context(|| format!("reading plan {}", args.plan.display()))?;
+    let (doc, plan) =
+        PlanDocument::from_json(&text).with_context(|| format!("parsing plan {}", args.plan.display()))?;
     let task = &doc.task;
     check_fp32(&task.tables)?;
     let n = task.devices.count();
     if let Some(max) = backend.max_comm_devices()
         && n > max
     {
-        anyhow::bail!(
-            "the plan has {n} devices but the {} backend sees {max}",
-            backend.hardware().backend.name()
-        );
+        anyhow::bail!("the plan has {n} devices but the {} backend sees {max}", backend.hardware().backend.name());
     }
     if (args.batch_size as usize) < n {
-        anyhow::bail!(
-            "--batch-size = {} is smaller than the plan's {n} devices",
-            args.batch_size
-        );
+        anyhow::bail!("--batch-size = {} is smaller than the plan's {n} devices", args.batch_size);
     }
-    let timing = Timing {
-        warmup: args.warmup,
-        reps: args.reps,
-    };
+    let timing = Timing { warmup: args.warmup, reps: args.reps };
     let by_device = plan.pieces_by_device(n);
     let pieces = plan.pieces();
     let mut devices = Vec::with_capacity(n);
@@ -112,44 +98,18 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
             })
             .collect();
         let (compute_ms, split) = if set.is_empty() {
-            (
-                0.0,
-                ComputeSplit {
-                    fwd_ms: 0.0,
-                    bwd_ms: 0.0,
-                },
-            )
+            (0.0, ComputeSplit { fwd_ms: 0.0, bwd_ms: 0.0 })
         } else {
             let on = device % backend.compute_devices();
-            check_fits(backend, on, &set)
-                .with_context(|| format!("device {device} of the plan"))?;
+            check_fits(backend, on, &set).with_context(|| format!("device {device} of the plan"))?;
             let bags = idx
                 .iter()
                 .zip(&set)
-                .map(|(&i, t)| {
-                    generate_bags(t, args.batch_size, task_seed(args.seed, pieces[i].table_id))
-                })
+                .map(|(&i, t)| generate_bags(t, args.batch_size, task_seed(args.seed, pieces[i].table_id)))
                 .collect::<Result<Vec<_>>>()?;
-            let times = backend.compute(
-                on,
-                &set,
-                bags,
-                task_seed(args.seed, 1 << 20 | device),
-                timing,
-            )?;
-            let total: Vec<f64> = times
-                .fwd_ms
-                .iter()
-                .zip(&times.bwd_ms)
-                .map(|(f, b)| f + b)
-                .collect();
-            (
-                median(&total),
-                ComputeSplit {
-                    fwd_ms: median(&times.fwd_ms),
-                    bwd_ms: median(&times.bwd_ms),
-                },
-            )
+            let times = backend.compute(on, &set, bags, task_seed(args.seed, 1 << 20 | device), timing)?;
+            let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
+            (median(&total), ComputeSplit { fwd_ms: median(&times.fwd_ms), bwd_ms: median(&times.bwd_ms) })
         };
         device_dims.push(set.iter().map(|t| t.dim).collect::<Vec<u32>>());
         devices.push(DeviceReport {
@@ -167,39 +127,19 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         });
     }
     let batch = args.batch_size as usize;
-    let no_delay = CommSample {
-        device_dims: device_dims.clone(),
-        delays_ms: vec![0.0; n],
-    };
+    let no_delay = CommSample { device_dims: device_dims.clone(), delays_ms: vec![0.0; n] };
     let first = backend.comm(&no_delay, batch, timing)?;
     let bw: Vec<f64> = first.bw_ms.iter().map(|v| median(v)).collect();
     let (definition, delays, fw) = match args.definition {
-        DefinitionArg::FourPhase => (
-            CostDefinition::FourPhase,
-            vec![0.0; n],
-            first.fw_ms.iter().map(|v| median(v)).collect::<Vec<_>>(),
-        ),
+        DefinitionArg::FourPhase => {
+            (CostDefinition::FourPhase, vec![0.0; n], first.fw_ms.iter().map(|v| median(v)).collect::<Vec<_>>())
+        }
         DefinitionArg::NeuroShard => {
-            let start: Vec<f64> = devices
-                .iter()
-                .zip(&bw)
-                .map(|(d, b)| d.compute_ms + b)
-                .collect();
+            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
             let min = start.iter().copied().fold(f64::INFINITY, f64::min);
             let delays: Vec<f64> = start.iter().map(|s| s - min).collect();
-            let second = backend.comm(
-                &CommSample {
-                    device_dims,
-                    delays_ms: delays.clone(),
-                },
-                batch,
-                timing,
-            )?;
-            (
-                CostDefinition::NeuroShard,
-                delays,
-                second.fw_ms.iter().map(|v| median(v)).collect(),
-            )
+            let second = backend.comm(&CommSample { device_dims, delays_ms: delays.clone() }, batch, timing)?;
+            (CostDefinition::NeuroShard, delays, second.fw_ms.iter().map(|v| median(v)).collect())
         }
     };
     let mut violations = Vec::new();
@@ -209,21 +149,14 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         d.delay_ms = delays[i];
         d.total_ms = d.compute_ms + d.bw_comm_ms + d.fw_comm_ms;
         if d.bytes > d.mem_cap_bytes {
-            violations.push(format!(
-                "device {i}: {} bytes placed, cap {}",
-                d.bytes, d.mem_cap_bytes
-            ));
+            violations.push(format!("device {i}: {} bytes placed, cap {}", d.bytes, d.mem_cap_bytes));
         }
     }
-    let (bottleneck_device, cost_ms) =
-        devices
-            .iter()
-            .map(|d| d.total_ms)
-            .enumerate()
-            .fold(
-                (0, f64::NEG_INFINITY),
-                |b, (i, c)| if c > b.1 { (i, c) } else { b },
-            );
+    let (bottleneck_device, cost_ms) = devices
+        .iter()
+        .map(|d| d.total_ms)
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |b, (i, c)| if c > b.1 { (i, c) } else { b });
     let measured = PlanReport {
         cost_model: format!("measured:{}", backend.hardware().fingerprint),
         definition,
@@ -260,12 +193,7 @@ fn print_comparison(predicted: &PlanReport, measured: &PlanReport) {
         let p = predicted.devices.iter().find(|p| p.device == m.device);
         let pred = p.map_or_else(
             || "-".to_string(),
-            |p| {
-                format!(
-                    "{:8.3} {:7.3} {:7.3} {:8.3}",
-                    p.compute_ms, p.fw_comm_ms, p.bw_comm_ms, p.total_ms
-                )
-            },
+            |p| format!("{:8.3} {:7.3} {:7.3} {:8.3}", p.compute_ms, p.fw_comm_ms, p.bw_comm_ms, p.total_ms),
         );
         eprintln!(
             "{:>6}  {pred:<36} {:8.3} {:7.3} {:7.3} {:8.3}",

@@ -49,10 +49,7 @@ const BIN16_SPREAD_HI: u64 = 1 << 17;
 #[must_use]
 pub fn feasible_bins(bins: &[f64; NUM_BINS], lookups: u64) -> [f64; NUM_BINS] {
     let mut out = *bins;
-    let top = (0..NUM_BINS)
-        .rev()
-        .find(|&k| bin_range(k).0 <= lookups)
-        .unwrap_or(0);
+    let top = (0..NUM_BINS).rev().find(|&k| bin_range(k).0 <= lookups).unwrap_or(0);
     for k in top + 1..NUM_BINS {
         out[top] += out[k];
         out[k] = 0.0;
@@ -83,11 +80,7 @@ fn largest_remainder(total: u64, weights: &[f64]) -> Vec<u64> {
     let mut parts: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
     let mut left = total.saturating_sub(parts.iter().sum());
     let mut order: Vec<usize> = (0..weights.len()).collect();
-    order.sort_by(|&a, &b| {
-        (exact[b] - exact[b].floor())
-            .total_cmp(&(exact[a] - exact[a].floor()))
-            .then(a.cmp(&b))
-    });
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(a.cmp(&b)));
     for &i in order.iter().cycle() {
         if left == 0 {
             break;
@@ -117,9 +110,7 @@ fn access_counts(rows: u64, bins: &[f64; NUM_BINS], lookups: u64) -> Vec<u64> {
         b[0] = 1.0;
         b
     };
-    let mean: f64 = (0..NUM_BINS)
-        .map(|k| bins[k] * log_uniform_mean(bin_range(k).0, spread_hi(k, lookups)))
-        .sum();
+    let mean: f64 = (0..NUM_BINS).map(|k| bins[k] * log_uniform_mean(bin_range(k).0, spread_hi(k, lookups))).sum();
     // Distinct rows: U ≈ lookups / mean count, moved to the nearest U whose rounded per-bin row counts
     // can hold exactly `lookups` inside their bins (at small batches a tiny hot-bin fraction rounds to
     // a whole row that alone could exceed the batch).
@@ -128,9 +119,8 @@ fn access_counts(rows: u64, bins: &[f64; NUM_BINS], lookups: u64) -> Vec<u64> {
     let fits = |u: u64| {
         let n = largest_remainder(u, &bins);
         let lo: u64 = (0..NUM_BINS).map(|k| n[k] * bin_range(k).0).sum();
-        let hi: u64 = (0..NUM_BINS)
-            .map(|k| n[k].saturating_mul(bin_range(k).1.unwrap_or(u64::MAX)))
-            .fold(0, u64::saturating_add);
+        let hi: u64 =
+            (0..NUM_BINS).map(|k| n[k].saturating_mul(bin_range(k).1.unwrap_or(u64::MAX))).fold(0, u64::saturating_add);
         (lo..=hi).contains(&lookups)
     };
     // A bounded search: beyond a few thousand steps the rounding is not what is wrong.
@@ -186,11 +176,7 @@ fn access_counts(rows: u64, bins: &[f64; NUM_BINS], lookups: u64) -> Vec<u64> {
         }
         break;
     }
-    counts
-        .into_iter()
-        .map(|(c, _)| c)
-        .filter(|&c| c > 0)
-        .collect()
+    counts.into_iter().map(|(c, _)| c).filter(|&c| c > 0).collect()
 }
 
 /// `(row slot, count)` of the distinct rows of a batch of `batch` bags with exactly `lookups` lookups.
@@ -199,24 +185,14 @@ fn access_counts(rows: u64, bins: &[f64; NUM_BINS], lookups: u64) -> Vec<u64> {
 /// every full-batch count `c` becomes `c · batch / 65,536`, stochastically rounded, so a smaller batch
 /// looks like a random sub-batch of a full one (hot rows stay the same rows, cold rows drop out).
 /// The total is then nudged by single lookups on random accessed rows to exactly `lookups`.
-fn batch_counts(
-    table: &TableSpec,
-    batch: u32,
-    lookups: u64,
-    rng: &mut ChaCha8Rng,
-) -> Vec<(u64, u64)> {
+fn batch_counts(table: &TableSpec, batch: u32, lookups: u64, rng: &mut ChaCha8Rng) -> Vec<(u64, u64)> {
     let full_lookups = (f64::from(BINS_BATCH) * table.pooling_factor).round() as u64;
     let full = access_counts(table.rows, &table.bins, full_lookups);
     if lookups == 0 {
         return Vec::new();
     }
     if batch == BINS_BATCH {
-        return full
-            .into_iter()
-            .enumerate()
-            .map(|(j, c)| (j as u64, c))
-            .filter(|x| x.1 > 0)
-            .collect();
+        return full.into_iter().enumerate().map(|(j, c)| (j as u64, c)).filter(|x| x.1 > 0).collect();
     }
     let f = f64::from(batch) / f64::from(BINS_BATCH);
     let mut scaled: Vec<(u64, u64)> = full
@@ -224,10 +200,7 @@ fn batch_counts(
         .enumerate()
         .map(|(j, &c)| {
             let x = c as f64 * f;
-            (
-                j as u64,
-                x.floor() as u64 + u64::from(rng.random::<f64>() < x.fract()),
-            )
+            (j as u64, x.floor() as u64 + u64::from(rng.random::<f64>() < x.fract()))
         })
         .collect();
     let mut sum: u64 = scaled.iter().map(|x| x.1).sum();
@@ -276,11 +249,7 @@ pub fn generate_bags(table: &TableSpec, batch: u32, seed: u64) -> Result<Bags> {
     let counts = batch_counts(table, batch, lookups, &mut rng);
     let rows = table.rows;
     let a = loop {
-        let a = if rows > 1 {
-            rng.random_range(1..rows)
-        } else {
-            1
-        };
+        let a = if rows > 1 { rng.random_range(1..rows) } else { 1 };
         if gcd(a, rows) == 1 {
             break a;
         }
@@ -321,12 +290,7 @@ pub fn access_bins(indices: &[u32]) -> [f64; NUM_BINS] {
     for run in sorted.chunk_by(|a, b| a == b) {
         let n = run.len() as u64;
         // Bin of count n: 0 for 1, k for (2^(k-1), 2^k], 16 above 2^15.
-        let k = if n <= 1 {
-            0
-        } else {
-            (64 - (n - 1).leading_zeros()) as usize
-        }
-        .min(NUM_BINS - 1);
+        let k = if n <= 1 { 0 } else { (64 - (n - 1).leading_zeros()) as usize }.min(NUM_BINS - 1);
         bins[k] += 1.0;
         distinct += 1;
     }
@@ -362,11 +326,7 @@ pub fn augmented_candidates(base: &[TableSpec], mem_cap_bytes: u64) -> Result<Ve
         }
     }
     if out.is_empty() {
-        let smallest = base
-            .iter()
-            .map(|t| t.piece_bytes(AUGMENT_DIMS[0]))
-            .min()
-            .unwrap_or(0);
+        let smallest = base.iter().map(|t| t.piece_bytes(AUGMENT_DIMS[0])).min().unwrap_or(0);
         bail!(
             "no table of the pool fits the memory cap: --mem-cap = {mem_cap_bytes} bytes, the smallest table \
              (at dim {}) needs {smallest} bytes",
@@ -389,9 +349,7 @@ pub fn sample_compute_set(
         let n = rng.random_range(1..=max_tables.max(1));
         let set: Vec<TableSpec> = (0..n)
             .map(|k| {
-                let mut t = candidates[rng.random_range(0..candidates.len())]
-                    .table
-                    .clone();
+                let mut t = candidates[rng.random_range(0..candidates.len())].table.clone();
                 t.name = format!("{}#{k}", t.name);
                 t
             })
@@ -418,10 +376,7 @@ impl CommSample {
     /// Sum of each device's dims.
     #[must_use]
     pub fn dim_sums(&self) -> Vec<u64> {
-        self.device_dims
-            .iter()
-            .map(|d| d.iter().map(|&x| u64::from(x)).sum())
-            .collect()
+        self.device_dims.iter().map(|d| d.iter().map(|&x| u64::from(x)).sum()).collect()
     }
 }
 
@@ -433,9 +388,7 @@ impl CommSample {
 pub fn sample_comm(devices: usize, seed: u64) -> CommSample {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = rng.random_range(10..60usize);
-    let mut dims: Vec<u32> = (0..n)
-        .map(|_| AUGMENT_DIMS[rng.random_range(0..AUGMENT_DIMS.len())])
-        .collect();
+    let mut dims: Vec<u32> = (0..n).map(|_| AUGMENT_DIMS[rng.random_range(0..AUGMENT_DIMS.len())]).collect();
     dims.sort_unstable_by(|a, b| b.cmp(a));
     let p: f64 = rng.random();
     let mut device_dims = vec![Vec::new(); devices];
@@ -452,10 +405,7 @@ pub fn sample_comm(devices: usize, seed: u64) -> CommSample {
     let diff: f64 = rng.random_range(1.0..20.0);
     let raw: Vec<f64> = (0..devices).map(|_| rng.random_range(0.0..diff)).collect();
     let min = raw.iter().copied().fold(f64::INFINITY, f64::min);
-    CommSample {
-        device_dims,
-        delays_ms: raw.iter().map(|d| d - min).collect(),
-    }
+    CommSample { device_dims, delays_ms: raw.iter().map(|d| d - min).collect() }
 }
 
 #[cfg(test)]
@@ -466,11 +416,8 @@ mod tests {
 
     /// Bins of a count multiset (what `access_bins` gives for indices with these counts).
     fn bins_of_counts(counts: &[u64]) -> [f64; NUM_BINS] {
-        let idx: Vec<u32> = counts
-            .iter()
-            .enumerate()
-            .flat_map(|(j, &c)| std::iter::repeat_n(j as u32, c as usize))
-            .collect();
+        let idx: Vec<u32> =
+            counts.iter().enumerate().flat_map(|(j, &c)| std::iter::repeat_n(j as u32, c as usize)).collect();
         access_bins(&idx)
     }
 
@@ -478,7 +425,7 @@ mod tests {
     /// (65,536) from the generator's per-row access counts — the indices repeat each distinct row
     /// exactly its count, which `generated_indices_carry_their_counts` checks on real index arrays.
     /// Tolerances:
-    /// * lookups: exact, round(65,536 × pooling_factor) (so the mean pooling factor is exact up to that rounding);
+    /// * lookups: exact, `round(65,536 × pooling_factor)` (the mean pooling factor is exact up to that rounding);
     /// * every bin: |Δ| ≤ 1/U + 0.01, U the distinct rows: per-bin row counts are a largest-remainder
     ///   rounding of U × bin (error < 1/U each) and the exact-sum adjustment can move a few rows across
     ///   a boundary only when a bin has no room (the 0.01);
@@ -491,39 +438,21 @@ mod tests {
             let lookups = (65_536.0 * p.pooling_factor).round() as u64;
             let counts = access_counts(p.rows, &p.bins, lookups);
             assert_eq!(counts.iter().sum::<u64>(), lookups, "table {id}");
-            assert!(
-                counts.len() as u64 <= p.rows,
-                "table {id}: {} distinct rows > {}",
-                counts.len(),
-                p.rows
-            );
+            assert!(counts.len() as u64 <= p.rows, "table {id}: {} distinct rows > {}", counts.len(), p.rows);
             let mut got = [0.0; NUM_BINS];
             for &c in &counts {
-                got[if c <= 1 {
-                    0
-                } else {
-                    (64 - (c - 1).leading_zeros()) as usize
-                }
-                .min(NUM_BINS - 1)] += 1.0;
+                got[if c <= 1 { 0 } else { (64 - (c - 1).leading_zeros()) as usize }.min(NUM_BINS - 1)] += 1.0;
             }
             let u = counts.len().max(1) as f64;
-            for k in 0..NUM_BINS {
-                let d = (got[k] / u - p.bins[k]).abs();
+            for (k, (g, want)) in got.iter().zip(&p.bins).enumerate() {
+                let d = (g / u - want).abs();
                 if d > worst.0 {
                     worst = (d, id, k);
                 }
-                assert!(
-                    d <= 1.0 / u + 0.01,
-                    "table {id} bin {k}: got {} want {} (U = {u})",
-                    got[k] / u,
-                    p.bins[k]
-                );
+                assert!(d <= 1.0 / u + 0.01, "table {id} bin {k}: got {} want {want} (U = {u})", g / u);
             }
         }
-        eprintln!(
-            "largest bin deviation {:.5} (table {}, bin {})",
-            worst.0, worst.1, worst.2
-        );
+        eprintln!("largest bin deviation {:.5} (table {}, bin {})", worst.0, worst.1, worst.2);
     }
 
     #[test]
@@ -532,17 +461,11 @@ mod tests {
         // indices equal those of the counts, every index is a row of the table, bags cover every lookup.
         let pool = dlrm_pool().unwrap();
         for id in (0..pool.len()).step_by(107) {
-            let t = pool[id]
-                .at_dim(format!("t{id}"), 4, ElementType::Fp32)
-                .unwrap();
+            let t = pool[id].at_dim(format!("t{id}"), 4, ElementType::Fp32).unwrap();
             let bags = generate_bags(&t, BINS_BATCH, id as u64).unwrap();
             let lookups = (65_536.0 * t.pooling_factor).round() as u64;
             let counts = access_counts(t.rows, &t.bins, lookups);
-            assert_eq!(
-                access_bins(&bags.indices),
-                bins_of_counts(&counts),
-                "table {id}"
-            );
+            assert_eq!(access_bins(&bags.indices), bins_of_counts(&counts), "table {id}");
             assert!(bags.indices.iter().all(|&r| u64::from(r) < t.rows));
             assert_eq!(*bags.offsets.last().unwrap() as usize, bags.indices.len());
         }
@@ -565,16 +488,10 @@ mod tests {
                 "table {id}: pf {pf} vs {}",
                 t.pooling_factor
             );
-            assert!(
-                bags.indices.iter().all(|&r| u64::from(r) < t.rows),
-                "table {id}: index out of range"
-            );
+            assert!(bags.indices.iter().all(|&r| u64::from(r) < t.rows), "table {id}: index out of range");
             assert!(bags.offsets.windows(2).all(|w| w[0] <= w[1]));
         }
-        let hot = pool
-            .iter()
-            .find(|p| p.bins[16] > 0.0 && p.pooling_factor < 2.0)
-            .unwrap();
+        let hot = pool.iter().find(|p| p.bins[16] > 0.0 && p.pooling_factor < 2.0).unwrap();
         let t = hot.at_dim("hot".into(), 4, ElementType::Fp32).unwrap();
         let bins = access_bins(&generate_bags(&t, 4096, 1).unwrap().indices);
         assert!(
@@ -587,37 +504,20 @@ mod tests {
     fn full_batch_hot_table_keeps_its_high_bins() {
         // The hottest bins only exist at the real batch size: check one table that has them.
         let pool = dlrm_pool().unwrap();
-        let (id, p) = pool
-            .iter()
-            .enumerate()
-            .find(|(_, p)| p.bins[16] > 0.0 && p.pooling_factor < 2.0)
-            .unwrap();
+        let (id, p) = pool.iter().enumerate().find(|(_, p)| p.bins[16] > 0.0 && p.pooling_factor < 2.0).unwrap();
         let t = p.at_dim("hot".into(), 4, ElementType::Fp32).unwrap();
         let bags = generate_bags(&t, 65_536, 5).unwrap();
         let got = access_bins(&bags.indices);
-        for k in 0..NUM_BINS {
-            assert!(
-                (got[k] - t.bins[k]).abs() < 0.01 + 1e-3,
-                "table {id} bin {k}: {} vs {}",
-                got[k],
-                t.bins[k]
-            );
+        for (k, (g, want)) in got.iter().zip(&t.bins).enumerate() {
+            assert!((g - want).abs() < 0.01 + 1e-3, "table {id} bin {k}: {g} vs {want}");
         }
     }
 
     #[test]
     fn generation_is_deterministic_per_seed() {
-        let t = dlrm_pool().unwrap()[10]
-            .at_dim("t".into(), 8, ElementType::Fp32)
-            .unwrap();
-        assert_eq!(
-            generate_bags(&t, 64, 1).unwrap(),
-            generate_bags(&t, 64, 1).unwrap()
-        );
-        assert_ne!(
-            generate_bags(&t, 64, 1).unwrap(),
-            generate_bags(&t, 64, 2).unwrap()
-        );
+        let t = dlrm_pool().unwrap()[10].at_dim("t".into(), 8, ElementType::Fp32).unwrap();
+        assert_eq!(generate_bags(&t, 64, 1).unwrap(), generate_bags(&t, 64, 1).unwrap());
+        assert_ne!(generate_bags(&t, 64, 1).unwrap(), generate_bags(&t, 64, 2).unwrap());
     }
 
     #[test]
@@ -626,14 +526,9 @@ mod tests {
             let c = sample_comm(4, s);
             let n: usize = c.device_dims.iter().map(Vec::len).sum();
             assert!((10..60).contains(&n));
-            assert!(c.delays_ms.iter().any(|&d| d == 0.0));
+            assert!(c.delays_ms.contains(&0.0));
             assert!(c.delays_ms.iter().all(|&d| (0.0..20.0).contains(&d)));
-            assert!(
-                c.device_dims
-                    .iter()
-                    .flatten()
-                    .all(|d| AUGMENT_DIMS.contains(d))
-            );
+            assert!(c.device_dims.iter().flatten().all(|d| AUGMENT_DIMS.contains(d)));
         }
     }
 
@@ -642,10 +537,7 @@ mod tests {
         let pool: Vec<TableSpec> = dlrm_pool()
             .unwrap()
             .iter()
-            .map(|p| {
-                p.at_dim(format!("t{}", p.table_id), 4, ElementType::Fp32)
-                    .unwrap()
-            })
+            .map(|p| p.at_dim(format!("t{}", p.table_id), 4, ElementType::Fp32).unwrap())
             .collect();
         let cap = 64 << 20;
         let c = augmented_candidates(&pool, cap).unwrap();
@@ -656,11 +548,6 @@ mod tests {
         }
         let e = augmented_candidates(&pool, 16).unwrap_err().to_string();
         assert!(e.contains("--mem-cap = 16"), "{e}");
-        assert!(
-            augmented_candidates(&[], cap)
-                .unwrap_err()
-                .to_string()
-                .contains("empty")
-        );
+        assert!(augmented_candidates(&[], cap).unwrap_err().to_string().contains("empty"));
     }
 }

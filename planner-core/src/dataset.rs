@@ -95,11 +95,7 @@ pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        f64::midpoint(v[n / 2 - 1], v[n / 2])
-    }
+    if n % 2 == 1 { v[n / 2] } else { f64::midpoint(v[n / 2 - 1], v[n / 2]) }
 }
 
 /// One table of a compute sample: its full record and its raw feature vector.
@@ -116,10 +112,7 @@ impl TableRecord {
     /// The record of `table` (its whole dim).
     #[must_use]
     pub fn new(table: &TableSpec) -> Self {
-        Self {
-            table: TableInput::from(table),
-            features: neuroshard_raw(table, table.dim).to_vec(),
-        }
+        Self { table: TableInput::from(table), features: neuroshard_raw(table, table.dim).to_vec() }
     }
 }
 
@@ -215,36 +208,21 @@ impl CostRecord {
             return Err(Error::field(context, "batch_size", 0, "a positive integer"));
         }
         let check_timings = |field: &str, t: &Timings| -> Result<()> {
-            if t.reps_ms.len() != self.protocol.reps as usize
-                || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0)
-            {
+            if t.reps_ms.len() != self.protocol.reps as usize || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(Error::field(
                     context,
                     field,
                     format!("{} repetitions", t.reps_ms.len()),
-                    format!(
-                        "{} finite non-negative repetitions (protocol.reps)",
-                        self.protocol.reps
-                    ),
+                    format!("{} finite non-negative repetitions (protocol.reps)", self.protocol.reps),
                 ));
             }
             if (median(&t.reps_ms) - t.median_ms).abs() > 1e-9 * t.median_ms.abs().max(1.0) {
-                return Err(Error::field(
-                    context,
-                    format!("{field}.median_ms"),
-                    t.median_ms,
-                    "the median of reps_ms",
-                ));
+                return Err(Error::field(context, format!("{field}.median_ms"), t.median_ms, "the median of reps_ms"));
             }
             Ok(())
         };
         match &self.measurement {
-            Measurement::Compute {
-                tables,
-                fwd,
-                bwd,
-                total,
-            } => {
+            Measurement::Compute { tables, fwd, bwd, total } => {
                 if tables.is_empty() {
                     return Err(Error::field(context, "tables", 0, "at least one table"));
                 }
@@ -258,11 +236,7 @@ impl CostRecord {
                             context,
                             format!("tables[{i}].features"),
                             format!("{} values", t.features.len()),
-                            format!(
-                                "{} values ({:?})",
-                                self.feature_schema.len(),
-                                self.feature_schema
-                            ),
+                            format!("{} values ({:?})", self.feature_schema.len(), self.feature_schema),
                         ));
                     }
                 }
@@ -270,30 +244,13 @@ impl CostRecord {
                 check_timings("bwd", bwd)?;
                 check_timings("total", total)?;
             }
-            Measurement::Comm {
-                device_dims,
-                dim_sums,
-                delays_ms,
-                fw,
-                bw,
-            } => {
+            Measurement::Comm { device_dims, dim_sums, delays_ms, fw, bw } => {
                 let d = device_dims.len();
-                if d == 0
-                    || dim_sums.len() != d
-                    || delays_ms.len() != d
-                    || fw.len() != d
-                    || bw.len() != d
-                {
+                if d == 0 || dim_sums.len() != d || delays_ms.len() != d || fw.len() != d || bw.len() != d {
                     return Err(Error::field(
                         context,
                         "device_dims/dim_sums/delays_ms/fw/bw",
-                        format!(
-                            "lengths {d}/{}/{}/{}/{}",
-                            dim_sums.len(),
-                            delays_ms.len(),
-                            fw.len(),
-                            bw.len()
-                        ),
+                        format!("lengths {d}/{}/{}/{}/{}", dim_sums.len(), delays_ms.len(), fw.len(), bw.len()),
                         "one entry per device, at least one device",
                     ));
                 }
@@ -358,10 +315,7 @@ pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result
         }
         let context = format!("{source} line {}", i + 1);
         let schema = serde_json::from_str::<serde_json::Value>(line)
-            .map_err(|e| Error::Parse {
-                context: context.clone(),
-                message: e.to_string(),
-            })?
+            .map_err(|e| Error::Parse { context: context.clone(), message: e.to_string() })?
             .get("schema")
             .and_then(|s| s.as_str().map(str::to_owned));
         if schema.as_deref() != Some(DATASET_SCHEMA) {
@@ -372,10 +326,8 @@ pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result
                 format!("{DATASET_SCHEMA:?} (this reader does not convert other dataset versions)"),
             ));
         }
-        let record: CostRecord = serde_json::from_str(line).map_err(|e| Error::Parse {
-            context: context.clone(),
-            message: e.to_string(),
-        })?;
+        let record: CostRecord = serde_json::from_str(line)
+            .map_err(|e| Error::Parse { context: context.clone(), message: e.to_string() })?;
         record.validate(&context)?;
         if policy == HardwarePolicy::Single
             && let Some(first) = records.first()
@@ -414,18 +366,11 @@ mod tests {
     use crate::pool::dlrm_pool;
 
     fn record(index: u64, fingerprint: &str) -> CostRecord {
-        let t = dlrm_pool().unwrap()[3]
-            .at_dim("t3".into(), 16, ElementType::Fp32)
-            .unwrap();
+        let t = dlrm_pool().unwrap()[3].at_dim("t3".into(), 16, ElementType::Fp32).unwrap();
         CostRecord {
             schema: DATASET_SCHEMA.into(),
             sample_index: index,
-            run: RunInfo {
-                seed: 1,
-                pool: "dlrm_t856".into(),
-                shard_index: 0,
-                shard_count: 1,
-            },
+            run: RunInfo { seed: 1, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1 },
             hardware: Hardware {
                 backend: BackendKind::Cpu,
                 fingerprint: fingerprint.into(),
@@ -435,11 +380,7 @@ mod tests {
             batch_size: 16,
             dtype: ElementType::Fp32,
             feature_schema: FeatureSchema::NeuroShard20,
-            protocol: Protocol {
-                warmup: 1,
-                reps: 3,
-                cache_flush: false,
-            },
+            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false },
             measurement: Measurement::Compute {
                 tables: vec![TableRecord::new(&t)],
                 fwd: Timings::from_reps(vec![1.0, 3.0, 2.0]),
@@ -450,10 +391,7 @@ mod tests {
     }
 
     fn lines(records: &[CostRecord]) -> String {
-        records
-            .iter()
-            .map(|r| serde_json::to_string(r).unwrap() + "\n")
-            .collect()
+        records.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect()
     }
 
     #[test]
@@ -463,9 +401,7 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert_eq!(back[1].sample_index, 1);
         assert_eq!(back[0].kind(), "compute");
-        let Measurement::Compute { fwd, .. } = &back[0].measurement else {
-            panic!("compute")
-        };
+        let Measurement::Compute { fwd, .. } = &back[0].measurement else { panic!("compute") };
         assert_eq!(fwd.median_ms, 2.0);
     }
 
@@ -473,45 +409,23 @@ mod tests {
     fn refuses_other_schema_and_mixed_hardware_unless_asked() {
         let mut old = record(0, "a");
         old.schema = "shardplan.costs/v0".into();
-        let e = parse_dataset("d", &lines(&[old]), HardwarePolicy::Single)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("`schema`") && e.contains("v0") && e.contains("line 1"),
-            "{e}"
-        );
+        let e = parse_dataset("d", &lines(&[old]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("`schema`") && e.contains("v0") && e.contains("line 1"), "{e}");
 
         let text = lines(&[record(0, "gpu-a"), record(1, "gpu-b")]);
-        let e = parse_dataset("d", &text, HardwarePolicy::Single)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("line 2") && e.contains("gpu-b") && e.contains("gpu-a"),
-            "{e}"
-        );
-        assert_eq!(
-            parse_dataset("d", &text, HardwarePolicy::Mix)
-                .unwrap()
-                .len(),
-            2
-        );
+        let e = parse_dataset("d", &text, HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("gpu-b") && e.contains("gpu-a"), "{e}");
+        assert_eq!(parse_dataset("d", &text, HardwarePolicy::Mix).unwrap().len(), 2);
     }
 
     #[test]
     fn detects_a_truncated_last_line() {
         let full = lines(&[record(0, "a"), record(1, "a")]);
         let cut = &full[..full.len() - 10];
-        let e = parse_dataset("d", cut, HardwarePolicy::Single)
-            .unwrap_err()
-            .to_string();
+        let e = parse_dataset("d", cut, HardwarePolicy::Single).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("truncated"), "{e}");
         let keep = complete_prefix_len(cut);
-        assert_eq!(
-            parse_dataset("d", &cut[..keep], HardwarePolicy::Single)
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(parse_dataset("d", &cut[..keep], HardwarePolicy::Single).unwrap().len(), 1);
         // A whole record without its newline is still a cut line: the writer always ends lines.
         assert_eq!(complete_prefix_len(&full[..full.len() - 1]), keep);
     }
@@ -522,9 +436,7 @@ mod tests {
         if let Measurement::Compute { fwd, .. } = &mut r.measurement {
             fwd.median_ms = 9.0;
         }
-        let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single)
-            .unwrap_err()
-            .to_string();
+        let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single).unwrap_err().to_string();
         assert!(e.contains("fwd.median_ms"), "{e}");
     }
 

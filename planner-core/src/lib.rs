@@ -31,10 +31,7 @@ pub mod table;
 pub mod task;
 pub mod units;
 
-pub use cost::{
-    AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef,
-    PlanReport, evaluate,
-};
+pub use cost::{AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef, PlanReport, evaluate};
 pub use document::{PLAN_SCHEMA, PlanDocument};
 pub use error::{Error, Result};
 pub use plan::{Piece, Plan};
