@@ -19,6 +19,7 @@
 
 pub mod alis;
 pub mod cost;
+pub mod dataset;
 pub mod document;
 pub mod error;
 pub mod eval;
