@@ -21,11 +21,7 @@ fn cost_from_scratch(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
     let n = task.devices.count();
     let sets: Vec<Vec<PieceRef<'_>>> = (0..n)
         .map(|d| {
-            plan.pieces()
-                .iter()
-                .filter(|p| p.device == d)
-                .map(|p| PieceRef { table: &task.tables[p.table_id], dim: p.dim })
-                .collect()
+            plan.pieces().iter().filter(|p| p.device == d).map(|p| PieceRef::of(&task.tables[p.table_id], p)).collect()
         })
         .collect();
     let compute: Vec<f64> = sets.iter().map(|s| model.compute_ms(s).unwrap()).collect();
@@ -39,14 +35,14 @@ fn cost_from_scratch(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
 }
 
 fn check_plan(task: &Task, plan: &Plan, model: &dyn CostModel, random: bool) {
-    // Every table covered exactly once; pieces sum to the original dim.
-    let mut covered = vec![0u32; task.tables.len()];
+    // Every table covered exactly once: pieces' cells (rows x columns) sum to the table's.
+    let mut covered = vec![0u64; task.tables.len()];
     for p in plan.pieces() {
-        covered[p.table_id] += p.dim;
+        covered[p.table_id] += u64::from(p.dim) * p.row_count(task.tables[p.table_id].rows);
         assert!(p.device < task.devices.count());
     }
     for (t, c) in task.tables.iter().zip(&covered) {
-        assert_eq!(t.dim, *c, "table {} not covered exactly once", t.name);
+        assert_eq!(u64::from(t.dim) * t.rows, *c, "table {} not covered exactly once", t.name);
     }
     let report = evaluate(task, plan, model, CostDefinition::NeuroShard).unwrap();
     if !random {
