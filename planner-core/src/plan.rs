@@ -193,7 +193,7 @@ fn check_col_split(task: &Task, group: &[Piece]) -> Result<()> {
     let name = &table.name;
     let mut next = 0u32;
     for p in group {
-        if p.dim == 0 || p.dim % 4 != 0 || table.dim % p.dim != 0 {
+        if p.dim == 0 || !p.dim.is_multiple_of(4) || !table.dim.is_multiple_of(p.dim) {
             return Err(Error::InvalidPlan(format!(
                 "table `{name}` (dim {}) has a piece of dim {}: pieces must be the dim halved k times (or equal blocks dividing it) and a multiple of 4",
                 table.dim, p.dim

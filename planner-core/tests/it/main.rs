@@ -10,6 +10,8 @@ use planner_core::task::{Devices, SuiteSpec, Task};
 use planner_core::{Error, Plan};
 use proptest::prelude::*;
 
+mod torchrec_golden;
+
 fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
     let mut bins = [0.0; NUM_BINS];
     bins[0] = 1.0;
@@ -61,7 +63,7 @@ proptest! {
 
     /// Every planner, on seeded protocol tasks with varied devices, dims and caps (caps may differ
     /// per device), returns a covering plan within memory whose reported cost equals a recomputation
-    /// — or, when some table fits nowhere, the NoFit error (never an invalid plan).
+    /// — or, when some table fits nowhere, the NoFit error (TorchRec's port: NoPlan), never an invalid plan.
     #[test]
     fn planners_keep_their_invariants(seed in any::<u64>(), devices in 1usize..9, max_dim_log in 2u32..8, cap_gib in 1u64..9, uneven in any::<bool>()) {
         let max_dim = 1 << max_dim_log;
@@ -74,6 +76,11 @@ proptest! {
             match entry.build().plan(&st.task, &ctx) {
                 Ok(plan) => check_plan(&st.task, &plan, &model, entry.name == "random"),
                 Err(Error::NoFit { need_bytes, best_free_bytes, .. }) => prop_assert!(need_bytes > best_free_bytes),
+                // TorchRec's planner keeps 15% and its input buffers back, so it may find no plan where
+                // the greedy baselines still fit; it must say so rather than return an overfull plan.
+                Err(Error::NoPlan { planner, reason }) => {
+                    prop_assert!(planner == "torchrec" && entry.name == "torchrec", "{planner}: {reason}");
+                }
                 Err(e) => prop_assert!(false, "{} failed: {e}", entry.name),
             }
         }
