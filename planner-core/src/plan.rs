@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::task::Task;
 
 /// A contiguous range of rows `[offset, offset + count)` of a table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RowRange {
     /// First row.

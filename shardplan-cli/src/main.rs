@@ -1,13 +1,15 @@
 //! `shardplan`: the command line of shardplan.
 //!
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
-//! `eval` (run planners over a suite), `list` (planners and cost models). Arguments are parsed in two
+//! `eval` (run planners over a suite), `export-torchrec` (a plan as a TorchRec sharding plan), `list`
+//! (planners and cost models). Arguments are parsed in two
 //! stages: clap turns the command line into raw values, and planner-core's constructors validate them
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
 //! exit with status 1 (usage errors: 2, from clap).
 
 mod common;
 mod eval_cmd;
+mod export_cmd;
 mod plan_cmd;
 mod tasks_cmd;
 
@@ -31,6 +33,8 @@ enum Command {
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
     Eval(eval_cmd::EvalArgs),
+    /// Write a plan document as a TorchRec sharding plan (apply it in TorchRec: docs/TORCHREC.md).
+    ExportTorchrec(export_cmd::ExportArgs),
     /// List the registered planners and cost models.
     List,
 }
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan_cmd::run(a),
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::ExportTorchrec(a) => export_cmd::run(a),
         Command::List => {
             list();
             Ok(())
