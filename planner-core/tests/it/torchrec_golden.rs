@@ -9,7 +9,9 @@
 //! * `pool_100x8_4gib_nofit`: the same task at the protocol's 4 GiB, where TorchRec finds no plan;
 //! * `wide_7x4`: seven hand-made tables that exercise what the pool does not: column-wise blocks of
 //!   384/256/512 columns, a table bigger than a rank, fp16, a pooling factor below 1, fewer rows than
-//!   ranks; few enough tables that TorchRec's grid-search proposer runs.
+//!   ranks; few enough tables that TorchRec's grid-search proposer runs;
+//! * `wide_7x4_uneven_caps`: the same tables on ranks of 8, 8, 10 and 12 GiB (row-wise shards in
+//!   proportion to the caps).
 
 use planner_core::planners::torchrec::{Perf, ShardingType, TorchRecConfig, enumerate, plan_torchrec};
 use planner_core::{Error, Task};
@@ -161,4 +163,10 @@ fn fails_where_torchrec_fails() {
 #[test]
 fn reproduces_torchrec_on_wide_tables_with_grid_search() {
     check("wide_7x4");
+}
+
+#[test]
+fn reproduces_torchrec_with_unequal_hbm_caps() {
+    // Caps 8, 8, 10 and 12 GiB: TorchRec (custom topology) splits row-wise tables in proportion to them.
+    check("wide_7x4_uneven_caps");
 }
