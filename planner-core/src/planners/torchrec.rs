@@ -368,6 +368,8 @@ fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64
     let comms_bw = cfg.comms_bw(world, local);
     let out = x.batch_outputs * w * d * e;
     let input_dist_comms = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64 / comms_bw;
+    // `compute_size = c1·input + c2·lookup + c3·output + c4·hash_size` with the default coefficients
+    // (1, 1, 1, 0), written out so the rounding follows TorchRec's evaluation order.
     let (fwd_compute, bwd_comms) = match st {
         ShardingType::TableWise | ShardingType::ColumnWise => {
             let input_read = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64;
