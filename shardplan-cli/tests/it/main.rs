@@ -173,3 +173,32 @@ fn torchrec_tables_in_torchrec_plan_out_and_export() {
     .unwrap();
     check_fails(bin().args(["plan", "--tables"]).arg(&tables).arg("--out").arg(&plan_out), &["`num_embeddings` = 0"]);
 }
+
+#[test]
+fn eval_reports_torchrec_no_plan_as_an_unsolved_task() {
+    // On the seed-0 four-device suite TorchRec's reservations leave tasks 9, 12 and 15 without a plan
+    // (the greedy baselines fit them): eval must report them, not stop.
+    let (o, text) = run(bin().args([
+        "eval",
+        "--devices",
+        "4",
+        "--max-dim",
+        "128",
+        "--count",
+        "16",
+        "--seed",
+        "0",
+        "--algos",
+        "torchrec,size",
+        "--format",
+        "json",
+    ]));
+    assert!(o.status.success(), "{text}");
+    let start = text.find('{').unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text[start..]).unwrap();
+    let runs = &v["per_task"][0];
+    assert_eq!(runs["planner"], "torchrec");
+    let failed: Vec<usize> =
+        (0..16).filter(|&i| runs["failures"][i].as_str().is_some_and(|f| f.contains("found no plan"))).collect();
+    assert_eq!(failed, vec![9, 12, 15], "{text}");
+}
