@@ -39,6 +39,14 @@ pub enum Error {
         /// The most free memory left on any device when it was placed.
         best_free_bytes: u64,
     },
+    /// A planner found no plan that fits (e.g. TorchRec's planner after trying all its proposals).
+    #[error("planner `{planner}` found no plan: {reason}")]
+    NoPlan {
+        /// The planner's name.
+        planner: String,
+        /// Why, with the numbers that decided it.
+        reason: String,
+    },
     /// A plan does not describe the task it claims to plan.
     #[error("invalid plan: {0}")]
     InvalidPlan(String),

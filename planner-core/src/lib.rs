@@ -30,6 +30,7 @@ pub mod planners;
 pub mod pool;
 pub mod table;
 pub mod task;
+pub mod torchrec_plan;
 pub mod units;
 
 pub use cost::{

@@ -79,7 +79,7 @@ fn analytical_predictions(samples: &[ComputeSample], batch: u32) -> Result<Vec<f
     samples
         .iter()
         .map(|s| {
-            let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef { table: t, dim: t.dim }).collect();
+            let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
             Ok(model.compute_ms(&set)?)
         })
         .collect()
@@ -227,7 +227,7 @@ fn finish_profile(
     let mut max_diff = 0.0f64;
     for &i in all.iter().take(256) {
         let s = &data.compute[i];
-        let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef { table: t, dim: t.dim }).collect();
+        let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
         let tract_ms = loaded.compute_ms(&set)?;
         // The planner clamps negative predictions at 0; compare like with like.
         max_diff = max_diff.max((tract_ms - pred[i].max(0.0)).abs());

@@ -85,8 +85,19 @@ impl Graph {
 /// Bit-exact identity of a piece as the compute model sees it (its raw features).
 type PieceKey = [u64; NEUROSHARD_LEN];
 
+/// Raw NeuroShard features of a piece. A row-wise piece is priced as a table of its own rows serving
+/// its share of the lookups (pooling factor × row fraction) with the table's access distribution —
+/// an approximation: the bins of a row range are not measured separately.
+#[must_use]
+pub fn piece_raw(p: &PieceRef<'_>) -> [f64; NEUROSHARD_LEN] {
+    let mut f = neuroshard_raw(p.table, p.dim);
+    f[1] = p.pooling_factor();
+    f[2] = p.rows as f64;
+    f
+}
+
 fn piece_key(p: &PieceRef<'_>) -> PieceKey {
-    neuroshard_raw(p.table, p.dim).map(f64::to_bits)
+    piece_raw(p).map(f64::to_bits)
 }
 
 /// Cache statistics of a [`NeuralModel`].
@@ -190,7 +201,7 @@ impl NeuralModel {
 
     /// Normalised encoder inputs of pieces, row-major `[n, 20]`.
     fn encoder_input(norm: &Normalisation, pieces: &[PieceRef<'_>]) -> Vec<f32> {
-        pieces.iter().flat_map(|p| norm.apply(&neuroshard_raw(p.table, p.dim))).collect()
+        pieces.iter().flat_map(|p| norm.apply(&piece_raw(p))).collect()
     }
 
     /// Embeds pieces through the encoder graph (no cache).

@@ -37,7 +37,7 @@ fn fixture(n: usize, seed: u64) -> String {
                 pool[rng.random_range(0..pool.len())].at_dim(format!("t{j}"), dim, ElementType::Fp32).unwrap()
             })
             .collect();
-        let set: Vec<PieceRef<'_>> = tables.iter().map(|t| PieceRef { table: t, dim: t.dim }).collect();
+        let set: Vec<PieceRef<'_>> = tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
         let sum = model.compute_ms(&set).unwrap();
         let target = 0.02 + sum * (1.0 - 0.02 * k as f64) * (1.0 + 0.02 * (rng.random::<f64>() - 0.5));
         let t = Timings::from_reps(vec![target; 3]);
@@ -127,7 +127,7 @@ fn training_learns_the_fixture_and_the_profile_round_trips() {
     let pool = planner_core::pool::dlrm_pool().unwrap();
     let tables: Vec<TableSpec> =
         (0..5).map(|i| pool[i * 100 + 3].at_dim(format!("x{i}"), 32, ElementType::Fp32).unwrap()).collect();
-    let set: Vec<PieceRef<'_>> = tables.iter().map(|t| PieceRef { table: t, dim: 16 }).collect();
+    let set: Vec<PieceRef<'_>> = tables.iter().map(|t| PieceRef::whole(t, 16)).collect();
     let incremental = model.compute_ms(&set).unwrap();
     let e2e = run_end_to_end(&files["compute_end_to_end.onnx"], &model, &set);
     assert!((incremental - e2e.max(0.0)).abs() < 1e-4, "{incremental} vs {e2e}");
@@ -149,7 +149,7 @@ fn run_end_to_end(bytes: &[u8], model: &NeuralModel, set: &[PieceRef<'_>]) -> f6
     let mut x = vec![7.0f32; t * 20];
     let mut mask = vec![0.0f32; t];
     for (i, p) in set.iter().enumerate() {
-        x[i * 20..(i + 1) * 20].copy_from_slice(&norm.apply(&planner_core::features::neuroshard_raw(p.table, p.dim)));
+        x[i * 20..(i + 1) * 20].copy_from_slice(&norm.apply(&planner_core::cost::neural::piece_raw(p)));
         mask[i] = 1.0;
     }
     let plan = tract_onnx::onnx().model_for_read(&mut &bytes[..]).unwrap().into_optimized().unwrap().into_runnable().unwrap();
@@ -244,8 +244,8 @@ fn onnx_graphs_match_the_trainer_in_tract_and_onnxruntime() {
 }
 
 fn run_ort(path: &str, model: &[u8], x: &[f32], mask: &[f32], b: usize, t: usize) -> Vec<f32> {
-    ort::init_from(path).expect("loading onnxruntime").commit();
-    let mut session = ort::session::Session::builder().unwrap().commit_from_memory(model).unwrap();
+    let env = ort::init_from(path).expect("loading onnxruntime").build().unwrap();
+    let mut session = ort::session::Session::builder(&env).unwrap().commit_from_memory(model).unwrap();
     let xs = ort::value::Tensor::from_array(([b, t, 20], x.to_vec())).unwrap();
     let ms = ort::value::Tensor::from_array(([b, t], mask.to_vec())).unwrap();
     let outputs = session.run(ort::inputs!["features" => xs, "mask" => ms]).unwrap();
