@@ -6,8 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use planner_core::alis::{
-    self, LatencyModel, POLICY_NAMES, PolicyConfig, ReplayConfig, RunSummary, Stream,
-    SyntheticParams, WindowMetrics,
+    self, LatencyModel, POLICY_NAMES, PolicyConfig, ReplayConfig, RunSummary, Stream, SyntheticParams, WindowMetrics,
 };
 use serde::Serialize;
 
@@ -178,18 +177,12 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
     };
     // Validate everything before the first (possibly long) run.
     for &s in &args.shards {
-        PolicyConfig { shards: s, ..base }
-            .validate()
-            .context("checking --shards and policy flags")?;
+        PolicyConfig { shards: s, ..base }.validate().context("checking --shards and policy flags")?;
     }
     for p in &policies {
         alis::make_policy(p, &base).with_context(|| format!("checking --policies entry {p:?}"))?;
     }
-    if !(args.bw_gbit > 0.0
-        && args.row_bytes > 0.0
-        && args.rpc_base_us >= 0.0
-        && args.issue_us >= 0.0)
-    {
+    if !(args.bw_gbit > 0.0 && args.row_bytes > 0.0 && args.rpc_base_us >= 0.0 && args.issue_us >= 0.0) {
         bail!(
             "invalid latency model: --bw-gbit {} and --row-bytes {} must be > 0, --rpc-base-us {} and --issue-us {} >= 0",
             args.bw_gbit,
@@ -226,15 +219,8 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         (None, true) => None,
         _ => bail!("give exactly one of --input FILE or --synthetic"),
     };
-    let window_requests = args.window_requests.unwrap_or(if args.synthetic {
-        args.requests_per_window
-    } else {
-        1000
-    });
-    let replay_cfg = ReplayConfig {
-        window_requests,
-        latency,
-    };
+    let window_requests = args.window_requests.unwrap_or(if args.synthetic { args.requests_per_window } else { 1000 });
+    let replay_cfg = ReplayConfig { window_requests, latency };
     let source = match &args.input {
         Some(p) => p.display().to_string(),
         None => format!("synthetic {:?}", gen_params(args.seed_base)),
@@ -246,41 +232,26 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         let stream: &Stream = if let Some(s) = &file_stream {
             s
         } else {
-            generated = alis::synthetic::generate(&gen_params(seed))
-                .context("generating the synthetic stream")?;
+            generated = alis::synthetic::generate(&gen_params(seed)).context("generating the synthetic stream")?;
             &generated
         };
         n_req = stream.n_requests();
         n_rows = stream.n_rows();
         for &shards in &args.shards {
             for p in &policies {
-                let cfg = PolicyConfig {
-                    shards,
-                    seed,
-                    ..base
-                };
+                let cfg = PolicyConfig { shards, seed, ..base };
                 let start = Instant::now();
                 let mut clock = || start.elapsed().as_secs_f64() * 1e3;
-                let r =
-                    alis::replay(stream, p, &cfg, &replay_cfg, &mut clock).with_context(|| {
-                        format!("replaying policy {p} with S={shards}, seed {seed}")
-                    })?;
+                let r = alis::replay(stream, p, &cfg, &replay_cfg, &mut clock)
+                    .with_context(|| format!("replaying policy {p} with S={shards}, seed {seed}"))?;
                 eprintln!(
                     "seed {seed} S={shards} {p:<9} fanout {:.3} update {:.2} ms",
                     r.summary.mean_fanout, r.summary.update_ms
                 );
-                let idx = if let Some(i) = cells
-                    .iter()
-                    .position(|c| c.policy == *p && c.shards == shards)
-                {
+                let idx = if let Some(i) = cells.iter().position(|c| c.policy == *p && c.shards == shards) {
                     i
                 } else {
-                    cells.push(Cell {
-                        policy: p.clone(),
-                        shards,
-                        runs: Vec::new(),
-                        windows: Vec::new(),
-                    });
+                    cells.push(Cell { policy: p.clone(), shards, runs: Vec::new(), windows: Vec::new() });
                     cells.len() - 1
                 };
                 let cell = &mut cells[idx];
@@ -291,23 +262,10 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
             }
         }
     }
-    println!(
-        "{}",
-        markdown(
-            &source,
-            n_req,
-            n_rows,
-            window_requests,
-            &args.shards,
-            &cells
-        )
-    );
+    println!("{}", markdown(&source, n_req, n_rows, window_requests, &args.shards, &cells));
     let peak = peak_rss_bytes();
     if let Some(b) = peak {
-        println!(
-            "peak resident memory: {:.1} MiB",
-            b as f64 / (1024.0 * 1024.0)
-        );
+        println!("peak resident memory: {:.1} MiB", b as f64 / (1024.0 * 1024.0));
     }
     if let Some(out) = &args.out {
         let report = Report {
@@ -327,20 +285,14 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
 }
 
 fn read_stream(path: &PathBuf) -> anyhow::Result<Stream> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     let stream = match ext.as_str() {
         "csv" => alis::parse_csv(&text),
         "jsonl" | "json" | "ndjson" => alis::parse_jsonl(&text),
-        other => bail!(
-            "{}: unknown stream extension {other:?} (allowed: .jsonl, .json, .ndjson, .csv)",
-            path.display()
-        ),
+        other => {
+            bail!("{}: unknown stream extension {other:?} (allowed: .jsonl, .json, .ndjson, .csv)", path.display())
+        }
     };
     stream.with_context(|| format!("parsing {}", path.display()))
 }
@@ -350,14 +302,7 @@ fn mean_sd(xs: impl Iterator<Item = f64>) -> (f64, f64) {
     alis::metrics::mean_sd(&v)
 }
 
-fn markdown(
-    source: &str,
-    n_req: usize,
-    n_rows: usize,
-    win: usize,
-    shards: &[usize],
-    cells: &[Cell],
-) -> String {
+fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usize], cells: &[Cell]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let seeds = cells.first().map_or(0, |c| c.runs.len());

@@ -118,8 +118,15 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded> {
         comm,
         hardware: serde_json::to_value(&hardware)?,
         batch_size: batch_size.unwrap_or(0),
-        files: paths.iter().map(|p| p.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())).collect(),
-        sha256: hasher.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        files: paths
+            .iter()
+            .map(|p| p.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned()))
+            .collect(),
+        sha256: hasher.finalize().iter().fold(String::new(), |mut s, b| {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        }),
     })
 }
 

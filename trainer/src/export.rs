@@ -59,7 +59,13 @@ fn f32_tensor(name: &str, dims: &[usize], data: Vec<f32>) -> TensorProto {
 }
 
 fn i64_tensor(name: &str, data: Vec<i64>) -> TensorProto {
-    TensorProto { name: name.into(), dims: vec![data.len() as i64], data_type: INT64, int64_data: data, ..Default::default() }
+    TensorProto {
+        name: name.into(),
+        dims: vec![data.len() as i64],
+        data_type: INT64,
+        int64_data: data,
+        ..Default::default()
+    }
 }
 
 fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {

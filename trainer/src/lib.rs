@@ -12,6 +12,7 @@
 //! the ONNX graphs reproduce its own predictions.
 
 pub mod adam;
+pub mod bench;
 pub mod data;
 pub mod export;
 pub mod models;
@@ -93,7 +94,11 @@ fn pick(v: &[f64], idx: &[usize]) -> Vec<f64> {
 pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     let data: Loaded = data::load(&opts.datasets)?;
     if data.compute.len() < 10 {
-        bail!("{} compute samples in {:?}: at least 10 are needed for an 80/10/10 split", data.compute.len(), opts.datasets);
+        bail!(
+            "{} compute samples in {:?}: at least 10 are needed for an 80/10/10 split",
+            data.compute.len(),
+            opts.datasets
+        );
     }
     let ckpt = opts.out.join("checkpoints");
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
@@ -109,13 +114,16 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     let analytical = analytical_predictions(&data.compute, data.batch_size)?;
     // The analytical model assumes TorchRec's HBM bandwidth; calibrate one scale on the training split
     // (least squares through the origin) so the comparison is about shape, not units.
-    let (num, den) = tr.iter().fold((0.0, 0.0), |(n, d), &i| (n + analytical[i] * targets[i], d + analytical[i].powi(2)));
+    let (num, den) =
+        tr.iter().fold((0.0, 0.0), |(n, d), &i| (n + analytical[i] * targets[i], d + analytical[i].powi(2)));
     let scale = if den > 0.0 { num / den } else { 1.0 };
     let calibrated: Vec<f64> = analytical.iter().map(|a| a * scale).collect();
     for (split, idx) in [("train", &tr), ("val", &va), ("test", &te)] {
         compute_metrics.insert(format!("neural/random/{split}"), metrics(&pick(&pred, idx), &pick(&targets, idx)));
-        compute_metrics
-            .insert(format!("analytical-calibrated/random/{split}"), metrics(&pick(&calibrated, idx), &pick(&targets, idx)));
+        compute_metrics.insert(
+            format!("analytical-calibrated/random/{split}"),
+            metrics(&pick(&calibrated, idx), &pick(&targets, idx)),
+        );
     }
     compute_metrics.insert(
         "training/best-epoch".into(),
@@ -123,26 +131,28 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     );
 
     // Unseen tables: a dataset measured on tables the training data never contains.
-    if !opts.unseen.is_empty() {
-        let unseen = data::load(&opts.unseen)?;
-        if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
-            bail!("the unseen-table dataset was measured on other hardware than the training data");
-        }
-        let seen: std::collections::HashSet<Vec<u64>> = tr.iter().flat_map(|&i| data.compute[i].tables.iter().map(table_identity)).collect();
-        let shared = unseen.compute.iter().flat_map(|s| &s.tables).filter(|t| seen.contains(&table_identity(t))).count();
-        if shared > 0 {
-            bail!("the unseen-table dataset shares {shared} table occurrences with the training split; collect it from disjoint tables");
-        }
-        let m = ComputeModel { net: model.net, data: &unseen.compute };
-        let idx: Vec<usize> = (0..unseen.compute.len()).collect();
-        let t: Vec<f64> = unseen.compute.iter().map(|s| s.target_ms).collect();
-        compute_metrics.insert("neural/unseen/test".into(), metrics(&m.predict(&idx)?, &t));
-        let a: Vec<f64> = analytical_predictions(&unseen.compute, unseen.batch_size)?.iter().map(|x| x * scale).collect();
-        compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
-        finish_profile(opts, &m.net, &data, compute_metrics, &pred, &all)
-    } else {
-        finish_profile(opts, &model.net, &data, compute_metrics, &pred, &all)
+    if opts.unseen.is_empty() {
+        return finish_profile(opts, &model.net, &data, compute_metrics, &pred, &all);
     }
+    let unseen = data::load(&opts.unseen)?;
+    if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
+        bail!("the unseen-table dataset was measured on other hardware than the training data");
+    }
+    let seen: std::collections::HashSet<Vec<u64>> =
+        tr.iter().flat_map(|&i| data.compute[i].tables.iter().map(table_identity)).collect();
+    let shared = unseen.compute.iter().flat_map(|s| &s.tables).filter(|t| seen.contains(&table_identity(t))).count();
+    if shared > 0 {
+        bail!(
+            "the unseen-table dataset shares {shared} table occurrences with the training split; collect it from disjoint tables"
+        );
+    }
+    let m = ComputeModel { net: model.net, data: &unseen.compute };
+    let idx: Vec<usize> = (0..unseen.compute.len()).collect();
+    let t: Vec<f64> = unseen.compute.iter().map(|s| s.target_ms).collect();
+    compute_metrics.insert("neural/unseen/test".into(), metrics(&m.predict(&idx)?, &t));
+    let a: Vec<f64> = analytical_predictions(&unseen.compute, unseen.batch_size)?.iter().map(|x| x * scale).collect();
+    compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
+    finish_profile(opts, &m.net, &data, compute_metrics, &pred, &all)
 }
 
 /// Trains comm models, writes every graph and the card, then reloads and checks the profile.
@@ -180,7 +190,10 @@ fn finish_profile(
                 metrics_d.insert(format!("{tag}/{split}"), metrics(&p, &t));
             }
             let file = format!("comm_d{d}_{tag}.onnx");
-            files.push((file.clone(), export::mlp_graph(&format!("comm_{tag}"), "x", "comm_ms", &m.net.export()?, &doc)));
+            files.push((
+                file.clone(),
+                export::mlp_graph(&format!("comm_{tag}"), "x", "comm_ms", &m.net.export()?, &doc),
+            ));
             graphs.push((file, m.norm.clone()));
         }
         let [(bw_file, bw_norm), (fw_file, fw_norm)]: [(String, _); 2] =

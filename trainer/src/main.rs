@@ -52,11 +52,62 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Measure a profile's evaluation speed: incremental shard evaluations per second and the
+    /// end-to-end graph's latency.
+    Bench {
+        /// Profile directory.
+        #[arg(long)]
+        profile: PathBuf,
+        /// Random sets to evaluate.
+        #[arg(long, default_value_t = 4096)]
+        sets: usize,
+    },
+}
+
+fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
+    let load = |cache: bool| -> anyhow::Result<planner_core::cost::NeuralModel> {
+        let card = std::fs::read_to_string(dir.join("card.json"))?;
+        let mut files = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "onnx") {
+                files.insert(
+                    p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+                    std::fs::read(&p)?,
+                );
+            }
+        }
+        Ok(planner_core::cost::NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))?
+            .with_set_cache(cache))
+    };
+    if sets == 0 {
+        eprintln!("error: `--sets` = 0 is invalid: at least 1");
+        return ExitCode::FAILURE;
+    }
+    match trainer::bench::run(dir, load, sets) {
+        Ok(lines) => {
+            println!("| measurement | sets/s | ms per call |");
+            println!("|---|---|---|");
+            for l in lines {
+                println!("| {} | {:.0} | {:.4} |", l.what, l.sets_per_s, l.ms_per_call);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Profile { name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet } = cli.command;
+    let (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet) = match cli.command {
+        Command::Profile { name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet } => {
+            (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet)
+        }
+        Command::Bench { profile, sets } => return bench(&profile, sets),
+    };
     let bad = |field: &str, value: String, allowed: &str| {
         eprintln!("error: `{field}` = {value} is invalid: {allowed}");
         ExitCode::FAILURE
@@ -83,7 +134,10 @@ fn main() -> ExitCode {
     match train_profile(&opts) {
         Ok(outcome) => {
             println!("profile `{}` written to {}", outcome.card.name, opts.out.display());
-            println!("reloaded through planner-core: max |trainer - tract| = {:.2e} ms", outcome.reload_max_abs_diff_ms);
+            println!(
+                "reloaded through planner-core: max |trainer - tract| = {:.2e} ms",
+                outcome.reload_max_abs_diff_ms
+            );
             println!("| model | split | samples | MSE ms^2 | MAE ms | MAPE % |");
             println!("|---|---|---|---|---|---|");
             for (k, m) in &outcome.card.compute.metrics {
@@ -93,7 +147,10 @@ fn main() -> ExitCode {
             }
             for c in &outcome.card.comm {
                 for (k, m) in &c.metrics {
-                    println!("| comm D={} | {k} | {} | {:.4} | {:.4} | {:.2} |", c.devices, m.samples, m.mse, m.mae, m.mape_pct);
+                    println!(
+                        "| comm D={} | {k} | {} | {:.4} | {:.4} | {:.2} |",
+                        c.devices, m.samples, m.mse, m.mae, m.mape_pct
+                    );
                 }
             }
             ExitCode::SUCCESS

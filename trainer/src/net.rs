@@ -1,10 +1,13 @@
-//! The networks, on candle tensors: a plain MLP (ReLU between layers, none after the last), the
+//! The networks, on candle tensors: a plain MLP (`ReLU` between layers, none after the last), the
 //! compute set model (encoder → masked sum → head) and the comm MLP. Weights are `[out, in]`, the
 //! layout ONNX `Gemm` reads with `transB = 1`.
 
 use anyhow::{Result, bail};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
+
+/// One layer's weights as plain vectors: `(w [out·in] row-major, b [out], out, in)`.
+pub type LayerWeights = (Vec<f32>, Vec<f32>, usize, usize);
 
 /// One dense layer.
 pub struct Dense {
@@ -14,7 +17,7 @@ pub struct Dense {
     pub b: Var,
 }
 
-/// A multi-layer perceptron with ReLU between layers.
+/// A multi-layer perceptron with `ReLU` between layers.
 pub struct Mlp {
     /// Layers in order.
     pub layers: Vec<Dense>,
@@ -60,7 +63,7 @@ impl Mlp {
     }
 
     /// Weights as plain vectors: `(w [out·in] row-major, b [out], out, in)` per layer.
-    pub fn export(&self) -> Result<Vec<(Vec<f32>, Vec<f32>, usize, usize)>> {
+    pub fn export(&self) -> Result<Vec<LayerWeights>> {
         self.layers
             .iter()
             .map(|l| {
@@ -132,6 +135,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::many_single_char_names)] // a, b, x, m, y, z: inputs, mask and outputs
     fn padding_does_not_change_a_set_cost() {
         let net = ComputeNet::new(1).unwrap();
         let a = vec![vec![0.5f32; 20], vec![-1.0f32; 20]];

@@ -22,12 +22,7 @@ pub struct LatencyModel {
 
 impl Default for LatencyModel {
     fn default() -> Self {
-        LatencyModel {
-            rpc_base_us: 20.0,
-            issue_us: 2.0,
-            bw_bytes_per_us: 12_500.0,
-            row_bytes: 64.0,
-        }
+        LatencyModel { rpc_base_us: 20.0, issue_us: 2.0, bw_bytes_per_us: 12_500.0, row_bytes: 64.0 }
     }
 }
 
@@ -92,8 +87,7 @@ pub fn score_window(
         for &s in &touched {
             let n = per_shard[s as usize];
             max_rows = max_rows.max(n);
-            max_rpc = max_rpc
-                .max(model.rpc_base_us + f64::from(n) * model.row_bytes / model.bw_bytes_per_us);
+            max_rpc = max_rpc.max(model.rpc_base_us + f64::from(n) * model.row_bytes / model.bw_bytes_per_us);
             per_shard[s as usize] = 0;
         }
         remote += (req.len() as u32 - max_rows) as u64;
@@ -105,11 +99,8 @@ pub fn score_window(
     let mean_latency_us = lat.iter().sum::<f64>() / n;
     let loads = placement.loads();
     let placed: usize = loads.iter().sum();
-    let row_imbalance = if placed == 0 {
-        1.0
-    } else {
-        *loads.iter().max().unwrap_or(&0) as f64 / (placed as f64 / s_count as f64)
-    };
+    let row_imbalance =
+        if placed == 0 { 1.0 } else { *loads.iter().max().unwrap_or(&0) as f64 / (placed as f64 / s_count as f64) };
     let accesses: u64 = traffic.iter().sum();
     let traffic_imbalance = if accesses == 0 {
         1.0
@@ -196,33 +187,17 @@ pub struct RunSummary {
 /// Summarises `windows` (all updates, scored or not) of one run; window 0 (scored before any update) is
 /// excluded from quality figures.
 #[must_use]
-pub fn summarise(
-    policy: &str,
-    seed: u64,
-    windows: &[WindowMetrics],
-    state_bytes: usize,
-) -> RunSummary {
+pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes: usize) -> RunSummary {
     let scored: Vec<&WindowMetrics> = windows.iter().filter(|w| w.window > 0).collect();
-    let reqs: f64 = scored
-        .iter()
-        .map(|w| w.requests as f64)
-        .sum::<f64>()
-        .max(1.0);
-    let wmean = |f: &dyn Fn(&WindowMetrics) -> f64| {
-        scored.iter().map(|w| f(w) * w.requests as f64).sum::<f64>() / reqs
-    };
-    let plain = |f: &dyn Fn(&WindowMetrics) -> f64| {
-        scored.iter().map(|w| f(w)).sum::<f64>() / scored.len().max(1) as f64
-    };
+    let reqs: f64 = scored.iter().map(|w| w.requests as f64).sum::<f64>().max(1.0);
+    let wmean = |f: &dyn Fn(&WindowMetrics) -> f64| scored.iter().map(|w| f(w) * w.requests as f64).sum::<f64>() / reqs;
+    let plain =
+        |f: &dyn Fn(&WindowMetrics) -> f64| scored.iter().map(|w| f(w)).sum::<f64>() / scored.len().max(1) as f64;
     let per_window: Vec<f64> = scored.iter().map(|w| w.mean_fanout).collect();
     let mad = if per_window.len() < 2 {
         0.0
     } else {
-        per_window
-            .windows(2)
-            .map(|p| (p[1] - p[0]).abs())
-            .sum::<f64>()
-            / (per_window.len() - 1) as f64
+        per_window.windows(2).map(|p| (p[1] - p[0]).abs()).sum::<f64>() / (per_window.len() - 1) as f64
     };
     let n_upd = windows.len().max(1) as f64;
     RunSummary {
@@ -236,8 +211,7 @@ pub fn summarise(
         remote_bytes_per_request: scored.iter().map(|w| w.remote_bytes).sum::<f64>() / reqs,
         max_row_imbalance: scored.iter().map(|w| w.row_imbalance).fold(1.0, f64::max),
         mean_traffic_imbalance: plain(&|w| w.traffic_imbalance),
-        migrated_rows_per_update: windows.iter().map(|w| w.migrated_rows as f64).sum::<f64>()
-            / n_upd,
+        migrated_rows_per_update: windows.iter().map(|w| w.migrated_rows as f64).sum::<f64>() / n_upd,
         update_ms: windows.iter().map(|w| w.update_ms).sum::<f64>() / n_upd,
         mean_latency_us: wmean(&|w| w.mean_latency_us),
         p99_latency_us: plain(&|w| w.p99_latency_us),

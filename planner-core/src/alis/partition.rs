@@ -64,13 +64,7 @@ impl Hypergraph {
                 fill[v as usize] += 1;
             }
         }
-        Hypergraph {
-            n_vertices,
-            net_offsets,
-            pins,
-            vtx_offsets,
-            vtx_nets,
-        }
+        Hypergraph { n_vertices, net_offsets, pins, vtx_offsets, vtx_nets }
     }
 
     /// Number of vertices.
@@ -179,9 +173,7 @@ pub fn partition<R: Rng>(
     // Probabilistic-fanout refinement.
     let p = params.p_fanout.clamp(1e-6, 1.0);
     let max_net = (0..n_nets).map(|n| hg.net(n).len()).max().unwrap_or(0);
-    let qpow: Vec<f64> = (0..=max_net + 1)
-        .map(|k| (1.0 - p).powi(i32::try_from(k).unwrap_or(i32::MAX)))
-        .collect();
+    let qpow: Vec<f64> = (0..=max_net + 1).map(|k| (1.0 - p).powi(i32::try_from(k).unwrap_or(i32::MAX))).collect();
     let mut order: Vec<u32> = (0..hg.n_vertices as u32).collect();
     let mut stats = PartitionStats::default();
     let mut pen = vec![0f64; s_count];
@@ -280,10 +272,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         for _ in 0..200 {
             let c = rng.random_range(0..4u32);
-            let mut net: Vec<u32> = (0..8)
-                .map(|i| c * 8 + i)
-                .filter(|_| rng.random::<f64>() < 0.6)
-                .collect();
+            let mut net: Vec<u32> = (0..8).map(|i| c * 8 + i).filter(|_| rng.random::<f64>() < 0.6).collect();
             net.dedup();
             nets.push(net);
         }
@@ -296,12 +285,7 @@ mod tests {
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
         // Round-robin warm start: every clique spread over all four shards.
         let init: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
-        let params = PartitionParams {
-            shards: 4,
-            cap_rows: 9,
-            max_iters: 20,
-            p_fanout: 0.5,
-        };
+        let params = PartitionParams { shards: 4, cap_rows: 9, max_iters: 20, p_fanout: 0.5 };
         let before = mean_net_fanout(&hg, &init);
         let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let after = mean_net_fanout(&hg, &part);
@@ -319,12 +303,7 @@ mod tests {
         let (n, nets) = cliques();
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
         let init = vec![UNASSIGNED; n];
-        let params = PartitionParams {
-            shards: 4,
-            cap_rows: 8,
-            max_iters: 0,
-            p_fanout: 0.5,
-        };
+        let params = PartitionParams { shards: 4, cap_rows: 8, max_iters: 0, p_fanout: 0.5 };
         let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let mut load = [0usize; 4];
         for &s in &part {

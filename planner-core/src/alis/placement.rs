@@ -19,12 +19,7 @@ impl Placement {
     /// An empty placement over `shards` shards with balance slack `epsilon` (validated by the caller).
     #[must_use]
     pub fn new(shards: usize, epsilon: f64) -> Self {
-        Placement {
-            shards,
-            epsilon,
-            shard: Vec::new(),
-            load: vec![0; shards],
-        }
+        Placement { shards, epsilon, shard: Vec::new(), load: vec![0; shards] }
     }
 
     /// Number of shards S.
@@ -54,9 +49,7 @@ impl Placement {
     /// The per-shard row cap for `rows` known rows.
     #[must_use]
     pub fn cap_for(&self, rows: usize) -> usize {
-        ((1.0 + self.epsilon) * rows as f64 / self.shards as f64)
-            .ceil()
-            .max(1.0) as usize
+        ((1.0 + self.epsilon) * rows as f64 / self.shards as f64).ceil().max(1.0) as usize
     }
 
     /// The current cap.
@@ -75,10 +68,7 @@ impl Placement {
     /// first time lives where the default hash rule put it).
     #[must_use]
     pub fn shard_of(&self, stream: &Stream, row: u32) -> u16 {
-        self.shard
-            .get(row as usize)
-            .copied()
-            .unwrap_or_else(|| hash_shard(stream, row, self.shards))
+        self.shard.get(row as usize).copied().unwrap_or_else(|| hash_shard(stream, row, self.shards))
     }
 
     /// Places the rows `len()..rows` at their hash shard (spilling under the cap for the final row count).
@@ -146,8 +136,6 @@ impl Placement {
 /// so that row 0 of every table does not land on shard 0.
 #[must_use]
 pub fn hash_shard(stream: &Stream, row: u32, shards: usize) -> u16 {
-    let key = stream
-        .row_key(row)
-        .wrapping_add(u64::from(stream.row_table(row)));
+    let key = stream.row_key(row).wrapping_add(u64::from(stream.row_table(row)));
     (key % shards as u64) as u16
 }

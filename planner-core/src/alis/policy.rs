@@ -15,15 +15,7 @@ use super::stream::Stream;
 use super::weights::SparseWeights;
 
 /// Names of all policies, in report order (the single registry the CLI reads).
-pub const POLICY_NAMES: [&str; 7] = [
-    "hash",
-    "range",
-    "static",
-    "full",
-    "greedy",
-    "alis-base",
-    "alis",
-];
+pub const POLICY_NAMES: [&str; 7] = ["hash", "range", "static", "full", "greedy", "alis-base", "alis"];
 
 /// Settings shared by all policies, with ALIS's own parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -79,11 +71,7 @@ impl PolicyConfig {
     /// Checks every field; the error names the field, its value and the allowed range.
     pub fn validate(&self) -> Result<(), AlisError> {
         let bad = |field: &'static str, value: String, allowed: &str| {
-            Err(AlisError::InvalidParam {
-                field,
-                value,
-                allowed: allowed.to_string(),
-            })
+            Err(AlisError::InvalidParam { field, value, allowed: allowed.to_string() })
         };
         if !(1..=4096).contains(&self.shards) {
             return bad("shards", self.shards.to_string(), "1..=4096");
@@ -124,9 +112,7 @@ impl PolicyConfig {
     fn partition_params(&self, rows: usize, epsilon: f64) -> PartitionParams {
         PartitionParams {
             shards: self.shards,
-            cap_rows: ((1.0 + epsilon) * rows as f64 / self.shards as f64)
-                .ceil()
-                .max(1.0) as usize,
+            cap_rows: ((1.0 + epsilon) * rows as f64 / self.shards as f64).ceil().max(1.0) as usize,
             max_iters: self.max_iters,
             p_fanout: self.p_fanout,
         }
@@ -152,31 +138,16 @@ pub fn make_policy(name: &str, cfg: &PolicyConfig) -> Result<Box<dyn Policy>, Al
     let p = Placement::new(cfg.shards, cfg.epsilon);
     Ok(match name {
         "hash" => Box::new(HashPolicy { placement: p }),
-        "range" => Box::new(RangePolicy {
-            placement: p,
-            bounds: None,
-        }),
+        "range" => Box::new(RangePolicy { placement: p, bounds: None }),
         "static" => Box::new(FullPolicy::new(*cfg, p, true)),
         "full" => Box::new(FullPolicy::new(*cfg, p, false)),
-        "greedy" => Box::new(GreedyPolicy {
-            cfg: *cfg,
-            placement: p,
-            weights: SparseWeights::new(cfg.top_k, cfg.decay)?,
-        }),
-        "alis-base" => Box::new(AlisPolicy::new(
-            PolicyConfig {
-                beta: 0.0,
-                history_sets: 0,
-                ..*cfg
-            },
-            "alis-base",
-        )?),
+        "greedy" => {
+            Box::new(GreedyPolicy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
+        }
+        "alis-base" => Box::new(AlisPolicy::new(PolicyConfig { beta: 0.0, history_sets: 0, ..*cfg }, "alis-base")?),
         "alis" => Box::new(AlisPolicy::new(*cfg, "alis")?),
         other => {
-            return Err(AlisError::UnknownPolicy {
-                name: other.to_string(),
-                known: POLICY_NAMES.join(", "),
-            });
+            return Err(AlisError::UnknownPolicy { name: other.to_string(), known: POLICY_NAMES.join(", ") });
         }
     })
 }
@@ -191,8 +162,7 @@ impl Policy for HashPolicy {
         "hash"
     }
     fn update(&mut self, stream: &Stream, window: Range<usize>) {
-        self.placement
-            .grow_hash(stream, stream.rows_known_after(window.end));
+        self.placement.grow_hash(stream, stream.rows_known_after(window.end));
     }
     fn placement(&self) -> &Placement {
         &self.placement
@@ -220,9 +190,7 @@ impl Policy for RangePolicy {
         let bounds = self.bounds.get_or_insert_with(|| {
             let mut keys: Vec<(u32, u64)> = (0..rows).map(key).collect();
             keys.sort_unstable();
-            (1..s_count)
-                .filter_map(|s| keys.get(s * keys.len() / s_count).copied())
-                .collect()
+            (1..s_count).filter_map(|s| keys.get(s * keys.len() / s_count).copied()).collect()
         });
         let old = self.placement.len();
         self.placement.grow_hash(stream, rows);
@@ -252,13 +220,7 @@ struct FullPolicy {
 
 impl FullPolicy {
     fn new(cfg: PolicyConfig, placement: Placement, once: bool) -> Self {
-        FullPolicy {
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-            cfg,
-            placement,
-            once,
-            updates: 0,
-        }
+        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, once, updates: 0 }
     }
 }
 
@@ -268,11 +230,7 @@ impl Policy for FullPolicy {
     }
     fn update(&mut self, stream: &Stream, window: Range<usize>) {
         let rows = stream.rows_known_after(window.end);
-        let due = if self.once {
-            self.updates == 0
-        } else {
-            self.updates.is_multiple_of(self.cfg.full_every)
-        };
+        let due = if self.once { self.updates == 0 } else { self.updates.is_multiple_of(self.cfg.full_every) };
         self.updates += 1;
         if !due {
             self.placement.grow_hash(stream, rows);
@@ -301,9 +259,8 @@ fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
     for (&n, &o) in new.iter().zip(old) {
         overlap[n as usize * s_count + o as usize] += 1;
     }
-    let mut pairs: Vec<(usize, usize, usize)> = (0..s_count * s_count)
-        .map(|i| (overlap[i], i / s_count, i % s_count))
-        .collect();
+    let mut pairs: Vec<(usize, usize, usize)> =
+        (0..s_count * s_count).map(|i| (overlap[i], i / s_count, i % s_count)).collect();
     pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut map = vec![u16::MAX; s_count];
     let mut used = vec![false; s_count];
@@ -439,11 +396,7 @@ impl LocalWindow {
             lw.new_nets.push(net);
         }
         lw.n_new_rows = lw.rows.len();
-        let holdout = if d_new.start > window.start {
-            window.start..d_new.start
-        } else {
-            window.clone()
-        };
+        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
         for i in holdout {
             for &r in stream.request(i) {
                 let l = lw.intern(r);
@@ -517,12 +470,7 @@ impl AlisPolicy {
         let mut cur: Vec<u16> = lw
             .rows
             .iter()
-            .map(|&r| {
-                self.interim
-                    .get(r as usize)
-                    .copied()
-                    .unwrap_or_else(|| hash_shard(stream, r, s_count))
-            })
+            .map(|&r| self.interim.get(r as usize).copied().unwrap_or_else(|| hash_shard(stream, r, s_count)))
             .collect();
         // Age 0: this update's interim (argmax W for `D_new` rows, unchanged elsewhere).
         let mut now = cur.clone();
@@ -582,21 +530,14 @@ impl Policy for AlisPolicy {
         let rows = stream.rows_known_after(window.end);
         self.placement.grow_hash(stream, rows);
         self.weights.ensure_rows(rows);
-        let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize)
-            .clamp(1, window.len().max(1));
+        let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize).clamp(1, window.len().max(1));
         let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
         let lw = LocalWindow::new(stream, &window, &d_new);
         let n_local = lw.n_new_rows;
         // Warm start from the deployed placement; rows first seen in this update start unassigned.
         let init: Vec<u16> = lw.rows[..n_local]
             .iter()
-            .map(|&r| {
-                if (r as usize) < known_before {
-                    self.placement.as_slice()[r as usize]
-                } else {
-                    UNASSIGNED
-                }
-            })
+            .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
             .collect();
         let hg = Hypergraph::new(n_local, lw.new_nets.iter().map(Vec::as_slice));
         let params = self.cfg.partition_params(n_local, self.cfg.local_epsilon);
@@ -606,11 +547,7 @@ impl Policy for AlisPolicy {
         for (l, &r) in lw.rows[..n_local].iter().enumerate() {
             self.weights.add(r, local[l], 1.0);
         }
-        let votes = if self.cfg.history_sets > 0 {
-            Some(self.votes(stream, &lw))
-        } else {
-            None
-        };
+        let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw)) } else { None };
         let beta = self.cfg.beta;
         let scored = lw.rows[..n_local]
             .iter()
@@ -641,8 +578,7 @@ impl Policy for AlisPolicy {
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {
             let old_len = self.interim.len();
-            self.interim
-                .extend_from_slice(&self.placement.as_slice()[old_len..rows]);
+            self.interim.extend_from_slice(&self.placement.as_slice()[old_len..rows]);
             let mut log = Vec::new();
             for &r in &lw.rows[..n_local] {
                 if let Some(s) = self.w_argmax(r) {

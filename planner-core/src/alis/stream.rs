@@ -53,11 +53,7 @@ impl Stream {
         if indexed.is_empty() {
             return Err(AlisError::EmptyStream);
         }
-        indexed.sort_by(|a, b| {
-            a.1.time
-                .total_cmp(&b.1.time)
-                .then(a.1.request_id.cmp(&b.1.request_id))
-        });
+        indexed.sort_by(|a, b| a.1.time.total_cmp(&b.1.time).then(a.1.request_id.cmp(&b.1.request_id)));
         let mut interner: HashMap<(u32, u64), u32> = HashMap::new();
         let mut s = Stream {
             req_offsets: vec![0],
@@ -97,22 +93,10 @@ impl Stream {
 
     /// Builds a stream directly from dense requests (rows already interned, first appearance order not
     /// required). Used by the synthetic generator; row keys are the dense indices themselves unless given.
-    pub(crate) fn from_parts(
-        req_offsets: Vec<usize>,
-        pins: Vec<u32>,
-        times: Vec<f64>,
-        row_keys: Vec<u64>,
-    ) -> Self {
+    pub(crate) fn from_parts(req_offsets: Vec<usize>, pins: Vec<u32>, times: Vec<f64>, row_keys: Vec<u64>) -> Self {
         let n = times.len();
         let tables = vec![0; row_keys.len()];
-        Stream {
-            req_offsets,
-            pins,
-            times,
-            request_ids: (0..n as u64).collect(),
-            row_keys,
-            row_tables: tables,
-        }
+        Stream { req_offsets, pins, times, request_ids: (0..n as u64).collect(), row_keys, row_tables: tables }
     }
 
     /// Number of requests.
@@ -165,10 +149,7 @@ impl Stream {
 
     /// Splits the request indices into consecutive windows of `window_requests` requests (the last may be
     /// shorter).
-    pub fn windows(
-        &self,
-        window_requests: usize,
-    ) -> Result<Vec<std::ops::Range<usize>>, AlisError> {
+    pub fn windows(&self, window_requests: usize) -> Result<Vec<std::ops::Range<usize>>, AlisError> {
         if window_requests == 0 {
             return Err(AlisError::InvalidParam {
                 field: "window_requests",
@@ -177,20 +158,14 @@ impl Stream {
             });
         }
         let n = self.n_requests();
-        Ok((0..n.div_ceil(window_requests))
-            .map(|w| w * window_requests..((w + 1) * window_requests).min(n))
-            .collect())
+        Ok((0..n.div_ceil(window_requests)).map(|w| w * window_requests..((w + 1) * window_requests).min(n)).collect())
     }
 
     /// One past the largest dense row index that occurs in requests `0..end` (rows are interned in first
     /// appearance order, so this is the number of rows known after those requests).
     #[must_use]
     pub fn rows_known_after(&self, end: usize) -> usize {
-        self.pins[..self.req_offsets[end]]
-            .iter()
-            .map(|&r| r as usize + 1)
-            .max()
-            .unwrap_or(0)
+        self.pins[..self.req_offsets[end]].iter().map(|&r| r as usize + 1).max().unwrap_or(0)
     }
 }
 
@@ -219,17 +194,10 @@ pub fn parse_jsonl(text: &str) -> Result<Stream, AlisError> {
 /// Parses the CSV stream format: a header `request_id,time,row_ids[,table_ids]`, then one request per
 /// record; `row_ids` and `table_ids` are lists separated by spaces or `;`.
 pub fn parse_csv(text: &str) -> Result<Stream, AlisError> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let headers = rdr
-        .headers()
-        .map_err(|e| csv_err(1, "header", "", &e))?
-        .clone();
+    let mut rdr = csv::ReaderBuilder::new().flexible(true).trim(csv::Trim::All).from_reader(text.as_bytes());
+    let headers = rdr.headers().map_err(|e| csv_err(1, "header", "", &e))?.clone();
     let col = |name: &'static str| headers.iter().position(|h| h == name);
-    let (Some(c_id), Some(c_time), Some(c_rows)) = (col("request_id"), col("time"), col("row_ids"))
-    else {
+    let (Some(c_id), Some(c_time), Some(c_rows)) = (col("request_id"), col("time"), col("row_ids")) else {
         return Err(AlisError::Parse {
             line: 1,
             field: "header",
@@ -273,12 +241,7 @@ pub fn parse_csv(text: &str) -> Result<Stream, AlisError> {
             Some(s) if !s.is_empty() => Some(parse_list::<u32>(s, line, "table_ids")?),
             _ => None,
         };
-        raw.push(RawRequest {
-            request_id,
-            time,
-            row_ids,
-            table_ids,
-        });
+        raw.push(RawRequest { request_id, time, row_ids, table_ids });
         lines.push(line);
     }
     Stream::from_lines(raw, &lines)
@@ -314,34 +277,20 @@ fn validate(r: &RawRequest, line: usize) -> Result<(), AlisError> {
     Ok(())
 }
 
-fn parse_list<T: std::str::FromStr>(
-    s: &str,
-    line: usize,
-    field: &'static str,
-) -> Result<Vec<T>, AlisError>
+fn parse_list<T: std::str::FromStr>(s: &str, line: usize, field: &'static str) -> Result<Vec<T>, AlisError>
 where
     T::Err: std::fmt::Display,
 {
     s.split(|c: char| c == ';' || c.is_whitespace())
         .filter(|t| !t.is_empty())
         .map(|t| {
-            t.parse::<T>().map_err(|e| AlisError::Parse {
-                line,
-                field,
-                value: truncate(t),
-                reason: e.to_string(),
-            })
+            t.parse::<T>().map_err(|e| AlisError::Parse { line, field, value: truncate(t), reason: e.to_string() })
         })
         .collect()
 }
 
 fn csv_err(line: usize, field: &'static str, value: &str, e: &csv::Error) -> AlisError {
-    AlisError::Parse {
-        line,
-        field,
-        value: truncate(value),
-        reason: e.to_string(),
-    }
+    AlisError::Parse { line, field, value: truncate(value), reason: e.to_string() }
 }
 
 fn truncate(s: &str) -> String {
@@ -377,10 +326,7 @@ mod tests {
     #[test]
     fn jsonl_error_names_line_and_field() {
         let text = "{\"request_id\":1,\"time\":1.0,\"row_ids\":[1]}\n{\"request_id\":2,\"time\":2.0,\"row_ids\":[]}\n";
-        let e = parse_jsonl(text)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = parse_jsonl(text).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("line 2") && e.contains("row_ids"), "{e}");
         let e = parse_jsonl("{\"request_id\":1,\"time\":1.0,\"row_ids\":[1]}\nnot json\n")
             .err()
@@ -398,18 +344,9 @@ mod tests {
         // Row 5 of table 0 repeats; row 6 lives in table 2.
         assert_eq!(s.n_rows(), 4);
         assert_eq!(s.row_table(3), 2);
-        let e = parse_csv("request_id,time,row_ids\n1,0.5,3;x\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            e.contains("line 2") && e.contains("row_ids") && e.contains('x'),
-            "{e}"
-        );
-        let e = parse_csv("id,time\n1,2\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = parse_csv("request_id,time,row_ids\n1,0.5,3;x\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("line 2") && e.contains("row_ids") && e.contains('x'), "{e}");
+        let e = parse_csv("id,time\n1,2\n").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("header"), "{e}");
     }
 }

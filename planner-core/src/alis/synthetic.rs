@@ -73,11 +73,7 @@ impl SyntheticParams {
     /// Checks every field; the error names the field, its value and the allowed range.
     pub fn validate(&self) -> Result<(), AlisError> {
         let bad = |field: &'static str, value: String, allowed: &str| {
-            Err(AlisError::InvalidParam {
-                field,
-                value,
-                allowed: allowed.to_string(),
-            })
+            Err(AlisError::InvalidParam { field, value, allowed: allowed.to_string() })
         };
         let frac = |x: f64| (0.0..=1.0).contains(&x);
         if self.communities == 0 {
@@ -117,11 +113,7 @@ impl SyntheticParams {
             return bad("new_items", self.new_items.to_string(), "[0, 10]");
         }
         if !(self.popularity_drift >= 0.0 && self.popularity_drift <= 5.0) {
-            return bad(
-                "popularity_drift",
-                self.popularity_drift.to_string(),
-                "[0, 5]",
-            );
+            return bad("popularity_drift", self.popularity_drift.to_string(), "[0, 5]");
         }
         Ok(())
     }
@@ -174,19 +166,13 @@ pub fn generate(p: &SyntheticParams) -> Result<Stream, AlisError> {
             let mut tries = 0;
             while req.len() < k && tries < 8 * k {
                 tries += 1;
-                let c = if rng.random::<f64>() < p.noise {
-                    rng.random_range(0..c_count)
-                } else {
-                    home
-                };
+                let c = if rng.random::<f64>() < p.noise { rng.random_range(0..c_count) } else { home };
                 let m = &members[c];
                 if m.is_empty() {
                     continue;
                 }
                 let x = rng.random::<f64>() * harmonic[m.len()];
-                let rank = harmonic[1..=m.len()]
-                    .partition_point(|&h| h <= x)
-                    .min(m.len() - 1);
+                let rank = harmonic[1..=m.len()].partition_point(|&h| h <= x).min(m.len() - 1);
                 let id = m[rank];
                 if !req.contains(&id) {
                     req.push(id);

@@ -33,26 +33,12 @@ impl SparseWeights {
     /// An empty matrix with `k` slots per row and per-window age decay `decay` in (0, 1].
     pub fn new(k: usize, decay: f64) -> Result<Self, AlisError> {
         if !(1..=64).contains(&k) {
-            return Err(AlisError::InvalidParam {
-                field: "top_k",
-                value: k.to_string(),
-                allowed: "1..=64".into(),
-            });
+            return Err(AlisError::InvalidParam { field: "top_k", value: k.to_string(), allowed: "1..=64".into() });
         }
         if !(decay > 0.0 && decay <= 1.0) {
-            return Err(AlisError::InvalidParam {
-                field: "decay",
-                value: decay.to_string(),
-                allowed: "(0, 1]".into(),
-            });
+            return Err(AlisError::InvalidParam { field: "decay", value: decay.to_string(), allowed: "(0, 1]".into() });
         }
-        Ok(SparseWeights {
-            k,
-            shards: Vec::new(),
-            weights: Vec::new(),
-            decay,
-            scale: 1.0,
-        })
+        Ok(SparseWeights { k, shards: Vec::new(), weights: Vec::new(), decay, scale: 1.0 })
     }
 
     /// Slots per row.
@@ -125,8 +111,7 @@ impl SparseWeights {
     /// Heap bytes held (the memory formula: `rows · k · 6`).
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.shards.capacity() * std::mem::size_of::<u16>()
-            + self.weights.capacity() * std::mem::size_of::<f32>()
+        self.shards.capacity() * std::mem::size_of::<u16>() + self.weights.capacity() * std::mem::size_of::<f32>()
     }
 }
 
@@ -148,21 +133,12 @@ mod tests {
         w.add(1, 4, 2.0);
         // Full row: a lighter newcomer is dropped, a heavier one replaces the lightest slot.
         w.add(1, 5, 0.5);
-        assert_eq!(
-            row_sorted(&w, 1).iter().map(|x| x.0).collect::<Vec<_>>(),
-            vec![3, 4]
-        );
+        assert_eq!(row_sorted(&w, 1).iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 4]);
         w.add(1, 6, 1.5);
-        assert_eq!(
-            row_sorted(&w, 1).iter().map(|x| x.0).collect::<Vec<_>>(),
-            vec![4, 6]
-        );
+        assert_eq!(row_sorted(&w, 1).iter().map(|x| x.0).collect::<Vec<_>>(), vec![4, 6]);
         w.age();
         let r = row_sorted(&w, 1);
-        assert!(
-            (r[0].1 - 1.0).abs() < 1e-6 && (r[1].1 - 0.75).abs() < 1e-6,
-            "{r:?}"
-        );
+        assert!((r[0].1 - 1.0).abs() < 1e-6 && (r[1].1 - 0.75).abs() < 1e-6, "{r:?}");
         assert_eq!(w.row(0).count(), 0);
         // Many windows of ageing trigger rescaling without losing relative order.
         for _ in 0..200 {

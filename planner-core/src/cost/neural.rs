@@ -1,7 +1,7 @@
 //! Learned cost models run through tract (native and wasm32), loaded from bytes.
 //!
-//! The compute model is a set model: per-table encoder `20 → 128 → 32` (ReLU between), a *sum* over
-//! the set, and a head `32 → 64 → 1` (ReLU between), predicting milliseconds (SPEC section 5). Because
+//! The compute model is a set model: per-table encoder (20, 128, 32 wide, `ReLU` between), a *sum*
+//! over the set, and a head (32, 64, 1 wide, `ReLU` between), predicting milliseconds (SPEC section 5). Because
 //! the set representation is a sum, [`NeuralModel`] embeds each distinct piece once (cached by its
 //! feature vector), evaluates a device's set by adding vectors and running only the head, and caches
 //! set costs by the multiset of pieces. Comm models are plain MLPs per device count.
@@ -38,11 +38,11 @@ impl Graph {
         let err = |e: &dyn std::fmt::Display| Error::CostModel { model: model.into(), message: format!("{what}: {e}") };
         let plan = tract_onnx::onnx()
             .model_for_read(&mut &bytes[..])
-            .and_then(|m| m.into_optimized())
-            .and_then(|m| m.into_runnable())
+            .and_then(InferenceModelExt::into_optimized)
+            .and_then(IntoRunnable::into_runnable)
             .map_err(|e| err(&format!("{e:#}")))?;
         let g = Self { name: format!("{model}/{what}"), plan, input_width, output_width };
-        let probe = g.run(1, vec![0.0; input_width]).map_err(|e| Error::ModelSchemaMismatch {
+        let probe = g.run(1, &vec![0.0; input_width]).map_err(|e| Error::ModelSchemaMismatch {
             model: model.into(),
             what: format!("{what} graph shape"),
             expected: format!("[N, {input_width}] -> [N, {output_width}]"),
@@ -60,12 +60,12 @@ impl Graph {
     }
 
     /// Runs `rows` rows of `input_width` values; returns `rows × output_width` values.
-    pub fn run(&self, rows: usize, data: Vec<f32>) -> Result<Vec<f32>> {
+    pub fn run(&self, rows: usize, data: &[f32]) -> Result<Vec<f32>> {
         let err = |m: String| Error::CostModel { model: self.name.clone(), message: m };
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let input = Tensor::from_shape(&[rows, self.input_width], &data).map_err(|e| err(format!("{e:#}")))?;
+        let input = Tensor::from_shape(&[rows, self.input_width], data).map_err(|e| err(format!("{e:#}")))?;
         let out = self.plan.run(tvec!(input.into())).map_err(|e| err(format!("{e:#}")))?;
         let first = out.first().ok_or_else(|| err("graph returned no output".into()))?;
         let view = first.to_plain_array_view::<f32>().map_err(|e| err(format!("{e:#}")))?;
@@ -207,7 +207,7 @@ impl NeuralModel {
     /// Embeds pieces through the encoder graph (no cache).
     pub fn embed(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<[f32; EMBED_LEN]>> {
         let input = Self::encoder_input(&self.card.compute.normalisation, pieces);
-        let out = self.encoder.run(pieces.len(), input)?;
+        let out = self.encoder.run(pieces.len(), &input)?;
         Ok(out
             .chunks_exact(EMBED_LEN)
             .map(|c| {
@@ -221,7 +221,7 @@ impl NeuralModel {
     /// Runs the head on set sums; costs in ms, clamped at 0 (a step never takes negative time).
     pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
         let input: Vec<f32> = sums.iter().flatten().copied().collect();
-        Ok(self.head.run(sums.len(), input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+        Ok(self.head.run(sums.len(), &input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
     }
 
     /// Interns pieces, embedding the ones never seen; returns their ids.
@@ -319,7 +319,7 @@ impl CostModel for NeuralModel {
         match (self.comm_for(dims.len())?, &self.comm_fallback) {
             (Some(g), _) => {
                 let x = g.card.bw_normalisation.apply(dims);
-                Ok(g.bw.run(1, x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+                Ok(g.bw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
             }
             (None, Some(f)) => f.bw_comm_ms(dims),
             (None, None) => Ok(Vec::new()),
@@ -331,7 +331,7 @@ impl CostModel for NeuralModel {
             (Some(g), _) => {
                 let raw: Vec<f64> = dims.iter().chain(delays_ms).copied().collect();
                 let x = g.card.fw_normalisation.apply(&raw);
-                Ok(g.fw.run(1, x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+                Ok(g.fw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
             }
             (None, Some(f)) => f.fw_comm_ms(dims, delays_ms),
             (None, None) => Ok(Vec::new()),

@@ -26,7 +26,8 @@ const FIXTURE_BATCH: u32 = 4096;
 /// learnable function that is not a plain sum), with ±2% seeded noise.
 fn fixture(n: usize, seed: u64) -> String {
     let pool = planner_core::pool::dlrm_pool().unwrap();
-    let model = AnalyticalModel::new(planner_core::HardwareProfile::torchrec_default(), u64::from(FIXTURE_BATCH)).unwrap();
+    let model =
+        AnalyticalModel::new(planner_core::HardwareProfile::torchrec_default(), u64::from(FIXTURE_BATCH)).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = String::new();
     for i in 0..n {
@@ -75,7 +76,7 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn options(dir: &PathBuf, data: PathBuf, epochs: usize) -> ProfileOptions {
+fn options(dir: &std::path::Path, data: PathBuf, epochs: usize) -> ProfileOptions {
     ProfileOptions {
         name: "fixture".into(),
         datasets: vec![data],
@@ -152,7 +153,8 @@ fn run_end_to_end(bytes: &[u8], model: &NeuralModel, set: &[PieceRef<'_>]) -> f6
         x[i * 20..(i + 1) * 20].copy_from_slice(&norm.apply(&planner_core::cost::neural::piece_raw(p)));
         mask[i] = 1.0;
     }
-    let plan = tract_onnx::onnx().model_for_read(&mut &bytes[..]).unwrap().into_optimized().unwrap().into_runnable().unwrap();
+    let plan =
+        tract_onnx::onnx().model_for_read(&mut &bytes[..]).unwrap().into_optimized().unwrap().into_runnable().unwrap();
     let out = plan
         .run(tvec!(
             Tensor::from_shape(&[1, t, 20], &x).unwrap().into(),
@@ -220,23 +222,34 @@ fn onnx_graphs_match_the_trainer_in_tract_and_onnxruntime() {
 
     let tract: Vec<f32> = {
         use tract_onnx::prelude::*;
-        let plan = tract_onnx::onnx().model_for_read(&mut &e2e[..]).unwrap().into_optimized().unwrap().into_runnable().unwrap();
+        let plan = tract_onnx::onnx()
+            .model_for_read(&mut &e2e[..])
+            .unwrap()
+            .into_optimized()
+            .unwrap()
+            .into_runnable()
+            .unwrap();
         let out = plan
-            .run(tvec!(Tensor::from_shape(&[b, t, 20], &x).unwrap().into(), Tensor::from_shape(&[b, t], &mask).unwrap().into()))
+            .run(tvec!(
+                Tensor::from_shape(&[b, t, 20], &x).unwrap().into(),
+                Tensor::from_shape(&[b, t], &mask).unwrap().into()
+            ))
             .unwrap();
         out[0].to_plain_array_view::<f32>().unwrap().iter().copied().collect()
     };
     // Tolerance: float32 sums over ≤ 128-wide dot products in different orders.
-    const TOL: f32 = 1e-4;
+    let tol = 1e-4f32;
     for (a, c) in candle.iter().zip(&tract) {
-        assert!((a - c).abs() <= TOL * (1.0 + a.abs()), "candle {a} vs tract {c}");
+        assert!((a - c).abs() <= tol * (1.0 + a.abs()), "candle {a} vs tract {c}");
     }
     match std::env::var("ORT_DYLIB_PATH") {
-        Err(_) => println!("skipped: onnxruntime parity (ORT_DYLIB_PATH not set; .ci/run installs onnxruntime and sets it)"),
+        Err(_) => {
+            println!("skipped: onnxruntime parity (ORT_DYLIB_PATH not set; .ci/run installs onnxruntime and sets it)");
+        }
         Ok(path) => {
             let ort_out = run_ort(&path, &e2e, &x, &mask, b, t);
             for (a, o) in candle.iter().zip(&ort_out) {
-                assert!((a - o).abs() <= TOL * (1.0 + a.abs()), "candle {a} vs onnxruntime {o}");
+                assert!((a - o).abs() <= tol * (1.0 + a.abs()), "candle {a} vs onnxruntime {o}");
             }
             println!("onnxruntime parity checked on {b} sets");
         }
