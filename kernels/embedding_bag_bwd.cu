@@ -41,10 +41,16 @@ extern "C" __global__ void embedding_bag_bwd_sgd(
         const float4 step = make_float4(-lr * gv.x, -lr * gv.y, -lr * gv.z, -lr * gv.w);
         for (unsigned long long k = begin; k < end; ++k) {
             float* dst = w + (unsigned long long)indices[k] * d + c;
+#if __CUDA_ARCH__ >= 900
+            // Hopper has 16-byte float atomics on global memory: one RED.ADD.F32x4 per lane instead
+            // of four scalar ones (every dst is 16-byte aligned, see embedding_bag_fwd.cu).
+            atomicAdd(reinterpret_cast<float4*>(dst), step);
+#else
             atomicAdd(dst + 0, step.x);
             atomicAdd(dst + 1, step.y);
             atomicAdd(dst + 2, step.z);
             atomicAdd(dst + 3, step.w);
+#endif
         }
     }
 }

@@ -1,5 +1,10 @@
 //! The collection loop: which samples this shard owns, resuming a killed run, appending one flushed
 //! line per sample, the progress bar and stopping on Ctrl-C after the sample in flight.
+//!
+//! Preparing a sample (drawing its tables and generating 65,536 bags of synthetic lookups per table)
+//! costs far more host time than timing it on a GPU. So the loop prepares a chunk of samples on all
+//! host threads first, then times them one after another: nothing runs on the host while a sample is
+//! timed, so preparation never disturbs a measurement.
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
@@ -134,12 +139,14 @@ fn append(file: &mut File, record: &CostRecord) -> Result<()> {
 }
 
 /// Runs the loop. `template` is a record carrying the run's identity (kind, run, hardware, batch,
-/// protocol, dtype) used to check a resumed file; `measure(g)` measures global sample `g`.
-pub fn run(
+/// protocol, dtype) used to check a resumed file; `prepare(g)` builds global sample `g`'s workload
+/// (called in parallel, a chunk ahead) and `measure(g, workload)` times it.
+pub fn run<P: Send>(
     plan: &RunPlan,
     template: &CostRecord,
     stop: &AtomicBool,
-    mut measure: impl FnMut(u64) -> Result<CostRecord>,
+    prepare: impl Fn(u64) -> Result<P> + Sync,
+    mut measure: impl FnMut(u64, P) -> Result<CostRecord>,
 ) -> Result<Summary> {
     let path: &Path = &plan.out;
     let exists_nonempty = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
@@ -169,23 +176,63 @@ pub fn run(
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut written = 0u64;
-    for &g in &todo {
+    'chunks: for chunk in todo.chunks(2 * threads) {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let record = measure(g).with_context(|| format!("measuring sample {g}"))?;
-        append(&mut file, &record).with_context(|| format!("appending sample {g} to {}", path.display()))?;
-        written += 1;
-        bar.inc(1);
+        let prepared = prepare_parallel(chunk, threads, &prepare);
+        for (&g, work) in chunk.iter().zip(prepared) {
+            if stop.load(Ordering::SeqCst) {
+                break 'chunks;
+            }
+            let work = work.with_context(|| format!("preparing sample {g}"))?;
+            let record = measure(g, work).with_context(|| format!("measuring sample {g}"))?;
+            append(&mut file, &record).with_context(|| format!("appending sample {g} to {}", path.display()))?;
+            written += 1;
+            bar.inc(1);
+        }
     }
     bar.finish_and_clear();
     Ok(Summary { existing: done.len() as u64, written, remaining: todo.len() as u64 - written, repaired_bytes })
 }
 
+/// `prepare` over `items` on up to `threads` scoped threads (contiguous parts), results in item order.
+pub fn prepare_parallel<P: Send>(
+    items: &[u64],
+    threads: usize,
+    prepare: &(impl Fn(u64) -> Result<P> + Sync),
+) -> Vec<Result<P>> {
+    let part = items.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(part)
+            .map(|part| scope.spawn(move || part.iter().map(|&g| prepare(g)).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_preparation_keeps_item_order_and_errors() {
+        let items: Vec<u64> = (0..23).collect();
+        for threads in [1, 2, 5, 64] {
+            let out = prepare_parallel(&items, threads, &|g| if g == 7 { bail!("bad {g}") } else { Ok(g * g) });
+            assert_eq!(out.len(), items.len());
+            for (g, r) in items.iter().zip(&out) {
+                match r {
+                    Ok(v) => assert_eq!(*v, g * g),
+                    Err(e) => assert_eq!((g, e.to_string()), (&7, "bad 7".to_string())),
+                }
+            }
+        }
+        assert!(prepare_parallel(&[], 4, &|g| Ok(g)).is_empty());
+    }
 
     #[test]
     fn shards_parse_and_partition_the_indices() {

@@ -179,6 +179,11 @@ struct BenchArgs {
     /// Timed runs per sample.
     #[arg(long, default_value_t = 10)]
     reps: u32,
+    /// Also write every compute sample's workload to this directory (`sample_<g>.json` with the
+    /// tables, `sample_<g>_t<k>.indices` / `.offsets` as little-endian u32), so that another
+    /// implementation (tools/torch_embedding_bag_bench.py) can time exactly the same lookups.
+    #[arg(long)]
+    dump: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -344,15 +349,18 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
     let timing = Timing { warmup: c.warmup, reps: c.reps };
-    let summary = collect::run(&plan, &tpl, &stop, |g| {
+    let prepare = |g: u64| {
         let seed = task_seed(c.seed, g as usize);
         let set = workload::sample_compute_set(&candidates, args.max_tables, mem_cap, seed)?;
-        check_fits(backend.as_ref(), 0, &set)?;
         let bags = set
             .iter()
             .enumerate()
             .map(|(k, t)| workload::generate_bags(t, c.batch_size, task_seed(seed, k)))
             .collect::<Result<Vec<_>>>()?;
+        Ok((seed, set, bags))
+    };
+    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (seed, set, bags)| {
+        check_fits(backend.as_ref(), 0, &set)?;
         let times = backend.compute(0, &set, bags, seed, timing)?;
         let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
         let mut r = tpl.clone();
@@ -402,8 +410,8 @@ fn comm(cli: &Cli, args: &CommArgs) -> Result<i32> {
     let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
     let timing = Timing { warmup: c.warmup, reps: c.reps };
-    let summary = collect::run(&plan, &tpl, &stop, |g| {
-        let sample = workload::sample_comm(args.devices, task_seed(c.seed, g as usize));
+    let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize)));
+    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, sample| {
         let times = backend.comm(&sample, c.batch_size as usize, timing)?;
         let mut r = tpl.clone();
         r.sample_index = g;
@@ -452,6 +460,26 @@ fn check(args: &CheckArgs) -> Result<i32> {
 /// Runs compute and comm samples exactly as a collection does (same generator, same protocol) without
 /// writing them, and reports throughput and the kernels' effective bandwidth (bytes touched / median time,
 /// see `cpu::bytes_touched`).
+/// Writes one compute sample's tables and lookups for `bench --dump` (format in `BenchArgs::dump`).
+fn dump_workload(dir: &Path, g: u64, batch: u32, set: &[TableSpec], bags: &[workload::Bags]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--dump {}: creating it", dir.display()))?;
+    let le = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    for (k, b) in bags.iter().enumerate() {
+        for (ext, data) in [("indices", &b.indices), ("offsets", &b.offsets)] {
+            let path = dir.join(format!("sample_{g}_t{k}.{ext}"));
+            std::fs::write(&path, le(data)).with_context(|| format!("--dump: writing {}", path.display()))?;
+        }
+    }
+    let meta = serde_json::json!({
+        "sample": g,
+        "batch_size": batch,
+        "tables": set.iter().map(|t| serde_json::json!({"name": t.name, "rows": t.rows, "dim": t.dim})).collect::<Vec<_>>(),
+    });
+    let path = dir.join(format!("sample_{g}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&meta)?)
+        .with_context(|| format!("--dump: writing {}", path.display()))
+}
+
 fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {
     let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
     if args.batch_size == 0 || (args.batch_size as usize) < args.devices || args.devices == 0 || args.reps == 0 {
@@ -478,6 +506,9 @@ fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {
             .enumerate()
             .map(|(k, t)| workload::generate_bags(t, args.batch_size, task_seed(seed, k)))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(dir) = &args.dump {
+            dump_workload(dir, g, args.batch_size, &set, &bags)?;
+        }
         let (fb, bb) = cpu::bytes_touched(&set, &bags);
         let times = backend.compute(0, &set, bags, seed, timing)?;
         let (f, b) = (planner_core::dataset::median(&times.fwd_ms), planner_core::dataset::median(&times.bwd_ms));
