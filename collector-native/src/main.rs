@@ -181,7 +181,7 @@ struct BenchArgs {
     reps: u32,
     /// Also write every compute sample's workload to this directory (`sample_<g>.json` with the
     /// tables, `sample_<g>_t<k>.indices` / `.offsets` as little-endian u32), so that another
-    /// implementation (tools/torch_embedding_bag_bench.py) can time exactly the same lookups.
+    /// implementation (`tools/torch_embedding_bag_bench.py`) can time exactly the same lookups.
     #[arg(long)]
     dump: Option<PathBuf>,
 }

@@ -48,6 +48,11 @@ pub struct MeasurePlanArgs {
     /// Write the JSON report here (default: stdout).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure compute only and take every device's comm times (and start delays) from the plan's
+    /// predicted report: for a machine with fewer devices than the plan (one GPU timing each device's
+    /// tables in turn). The report's `comm` field says so.
+    #[arg(long)]
+    pub comm_from_plan: bool,
 }
 
 /// `--definition`.
@@ -75,8 +80,15 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
     let n = task.devices.count();
     if let Some(max) = backend.max_comm_devices()
         && n > max
+        && !args.comm_from_plan
     {
-        anyhow::bail!("the plan has {n} devices but the {} backend sees {max}", backend.hardware().backend.name());
+        anyhow::bail!(
+            "the plan has {n} devices but the {} backend sees {max}; pass --comm-from-plan to measure compute only",
+            backend.hardware().backend.name()
+        );
+    }
+    if args.comm_from_plan && doc.report.devices.len() != n {
+        anyhow::bail!("--comm-from-plan: the plan's report has {} devices, its task {n}", doc.report.devices.len());
     }
     if (args.batch_size as usize) < n {
         anyhow::bail!("--batch-size = {} is smaller than the plan's {n} devices", args.batch_size);
@@ -94,6 +106,15 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
                 let mut t = task.tables[p.table_id].clone();
                 t.name = format!("{}[{}..{}]", t.name, p.col_offset, p.col_offset + p.dim);
                 t.dim = p.dim;
+                // A row-wise piece is measured as the cost models price it: a table of its own rows
+                // serving its share of the lookups, with the table's access distribution.
+                if let Some(r) = p.rows
+                    && r.count < t.rows
+                {
+                    t.pooling_factor *= r.count as f64 / t.rows as f64;
+                    t.name = format!("{}[rows {}..{}]", t.name, r.offset, r.offset + r.count);
+                    t.rows = r.count;
+                }
                 t
             })
             .collect();
@@ -127,21 +148,27 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         });
     }
     let batch = args.batch_size as usize;
-    let no_delay = CommSample { device_dims: device_dims.clone(), delays_ms: vec![0.0; n] };
-    let first = backend.comm(&no_delay, batch, timing)?;
-    let bw: Vec<f64> = first.bw_ms.iter().map(|v| median(v)).collect();
-    let (definition, delays, fw) = match args.definition {
-        DefinitionArg::FourPhase => {
-            (CostDefinition::FourPhase, vec![0.0; n], first.fw_ms.iter().map(|v| median(v)).collect::<Vec<_>>())
-        }
-        DefinitionArg::NeuroShard => {
-            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
-            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
-            let delays: Vec<f64> = start.iter().map(|s| s - min).collect();
-            let second = backend.comm(&CommSample { device_dims, delays_ms: delays.clone() }, batch, timing)?;
-            (CostDefinition::NeuroShard, delays, second.fw_ms.iter().map(|v| median(v)).collect())
-        }
+    let (definition, delays, fw, bw) = if args.comm_from_plan {
+        let p = &doc.report.devices;
+        let definition = match args.definition {
+            DefinitionArg::FourPhase => CostDefinition::FourPhase,
+            DefinitionArg::NeuroShard => CostDefinition::NeuroShard,
+        };
+        (
+            definition,
+            p.iter().map(|d| d.delay_ms).collect(),
+            p.iter().map(|d| d.fw_comm_ms).collect(),
+            p.iter().map(|d| d.bw_comm_ms).collect(),
+        )
+    } else {
+        measure_comm(backend, args, device_dims, &devices, batch, timing)?
     };
+    let comm_source = if args.comm_from_plan {
+        format!("modelled: taken from the plan's report ({})", doc.report.cost_model)
+    } else {
+        "measured".to_string()
+    };
+
     let mut violations = Vec::new();
     for (i, d) in devices.iter_mut().enumerate() {
         d.bw_comm_ms = bw[i];
@@ -175,6 +202,7 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         "batch_size": args.batch_size,
         "seed": args.seed,
         "protocol": Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush() },
+        "comm": comm_source,
         "predicted": doc.report,
         "measured": measured,
     });
@@ -184,6 +212,38 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// (definition, start delays, forward comm, backward comm), per device, in ms.
+type CommTimesPerDevice = (CostDefinition, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// Measures the all-to-all of a plan: backward without delays, then (NeuroShard) forward with the start
+/// delays that measured compute + backward comm create. Returns (definition, delays, fw, bw) per device.
+fn measure_comm(
+    backend: &mut dyn Backend,
+    args: &MeasurePlanArgs,
+    device_dims: Vec<Vec<u32>>,
+    devices: &[DeviceReport],
+    batch: usize,
+    timing: Timing,
+) -> Result<CommTimesPerDevice> {
+    let n = devices.len();
+    let no_delay = CommSample { device_dims: device_dims.clone(), delays_ms: vec![0.0; n] };
+    let first = backend.comm(&no_delay, batch, timing)?;
+    let bw: Vec<f64> = first.bw_ms.iter().map(|v| median(v)).collect();
+    let (definition, delays, fw) = match args.definition {
+        DefinitionArg::FourPhase => {
+            (CostDefinition::FourPhase, vec![0.0; n], first.fw_ms.iter().map(|v| median(v)).collect::<Vec<_>>())
+        }
+        DefinitionArg::NeuroShard => {
+            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
+            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
+            let delays: Vec<f64> = start.iter().map(|s| s - min).collect();
+            let second = backend.comm(&CommSample { device_dims, delays_ms: delays.clone() }, batch, timing)?;
+            (CostDefinition::NeuroShard, delays, second.fw_ms.iter().map(|v| median(v)).collect())
+        }
+    };
+    Ok((definition, delays, fw, bw))
 }
 
 /// Predicted vs measured per device, on stderr.

@@ -5,24 +5,27 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel};
+use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel, profiles};
 use planner_core::units::parse_bytes;
 use planner_core::{Devices, TableSpec};
 
 /// Cost-model options shared by every subcommand that prices plans.
 #[derive(Args, Debug, Clone)]
 pub struct CostArgs {
-    /// Cost model: `analytical` (TorchRec's perf estimator), the name of an embedded trained profile
-    /// (`shardplan list`), or the directory of a profile written by `shardplan-train`.
-    #[arg(long, default_value = "analytical")]
+    /// Cost model: an embedded trained profile (`h100`, the default; `shardplan list` names them all),
+    /// `analytical` (TorchRec's perf estimator), or the directory of a profile written by
+    /// `shardplan-train`.
+    #[arg(long, default_value = profiles::DEFAULT_PROFILE)]
     pub cost_model: String,
-    /// With a trained profile that has no comm model for the task's device count, price comm with the
-    /// analytical model instead of refusing (the cost model's name then says so).
+    /// With a trained profile that has comm models, but none for the task's device count, price comm
+    /// with the analytical model instead of refusing (the cost model's name then says so). A profile
+    /// with no comm model at all (measured on one GPU) always prices comm analytically.
     #[arg(long)]
     pub comm_fallback: bool,
-    /// Hardware profile of the analytical model: torchrec, h100, a100, rtx2080ti.
-    #[arg(long, default_value = "torchrec")]
-    pub hw: String,
+    /// Hardware preset of the analytical model: torchrec, h100, a100, rtx2080ti (default: torchrec,
+    /// or for an embedded profile's comm the preset of its hardware).
+    #[arg(long)]
+    pub hw: Option<String>,
     /// Override the profile's memory bandwidth, GB/s (10^9 bytes/s).
     #[arg(long)]
     pub hbm_gbps: Option<f64>,
@@ -45,29 +48,38 @@ fn parse_definition(s: &str) -> Result<CostDefinition, String> {
     }
 }
 
-/// Names of the cost models this build knows.
-pub const COST_MODELS: &[&str] = &["analytical"];
+/// Names of the cost models this build knows: the analytical model and the embedded profiles.
+pub fn cost_model_names() -> Vec<&'static str> {
+    let mut names = vec!["analytical"];
+    names.extend(profiles::names());
+    names
+}
 
 impl CostArgs {
     /// Builds the chosen cost model.
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
-        match self.cost_model.as_str() {
-            "analytical" => Ok(Box::new(self.analytical()?)),
-            other if Path::new(other).join("card.json").is_file() => {
-                let model = load_profile_dir(Path::new(other))?;
-                Ok(Box::new(if self.comm_fallback { model.with_comm_fallback(self.analytical()?) } else { model }))
-            }
-            other => Err(planner_core::Error::UnknownCostModel {
-                name: other.into(),
-                known: format!("{}, or a profile directory containing card.json", COST_MODELS.join(", ")),
-            }
-            .into()),
+        let name = self.cost_model.as_str();
+        if name == "analytical" {
+            return Ok(Box::new(self.analytical("torchrec")?));
         }
+        let (model, preset) = if let Some(p) = profiles::find(name) {
+            (profiles::load(name)?, p.comm_fallback_hw)
+        } else if Path::new(name).join("card.json").is_file() {
+            (load_profile_dir(Path::new(name))?, "torchrec")
+        } else {
+            return Err(planner_core::Error::UnknownCostModel {
+                name: name.into(),
+                known: format!("{}, or a profile directory containing card.json", cost_model_names().join(", ")),
+            }
+            .into());
+        };
+        let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
+        Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset)?) } else { model }))
     }
 
-    /// The analytical model with the chosen hardware profile and overrides.
-    fn analytical(&self) -> Result<AnalyticalModel> {
-        let mut hw = HardwareProfile::builtin(&self.hw)?;
+    /// The analytical model with `--hw` (or `preset`) and the overrides.
+    fn analytical(&self, preset: &str) -> Result<AnalyticalModel> {
+        let mut hw = HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?;
         if let Some(g) = self.hbm_gbps {
             hw.hbm_bw_bytes_per_s = g * 1e9;
             hw.name = format!("{}+hbm{g}", hw.name);

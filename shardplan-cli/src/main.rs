@@ -79,4 +79,8 @@ fn list() {
         "  analytical   TorchRec's perf estimator; hardware profiles: {}",
         planner_core::HardwareProfile::BUILTIN.join(", ")
     );
+    for p in planner_core::cost::profiles::EMBEDDED {
+        let default = if p.name == planner_core::cost::profiles::DEFAULT_PROFILE { " (default)" } else { "" };
+        println!("  {:<12} trained profile{default}: {}", p.name, p.hardware);
+    }
 }

@@ -255,6 +255,40 @@ fn measure_plan_reports_the_planners_breakdown() {
     assert!(stderr(&o).contains("predicted"));
 }
 
+/// One GPU timing a 2-device plan's devices in turn: compute measured, comm copied from the plan; a
+/// row-wise piece is measured as its own rows with its share of the lookups.
+#[test]
+fn measure_plan_can_take_comm_from_the_plan_and_measures_row_pieces() {
+    use planner_core::cost::{AnalyticalModel, CostDefinition, HardwareProfile, evaluate};
+    use planner_core::plan::Piece;
+    use planner_core::{Devices, Plan, PlanDocument, Task};
+    let pool = planner_core::pool::dlrm_pool().unwrap();
+    let mut t = pool[11].at_dim("t0".into(), 16, planner_core::ElementType::Fp32).unwrap();
+    t.rows = t.rows.clamp(100, 1000);
+    let rows = t.rows;
+    let task = Task::new(vec![t], Devices::uniform(2, 1 << 30).unwrap()).unwrap();
+    let half = rows / 2;
+    let pieces = vec![Piece::row_range(0, 16, 0, 0, half), Piece::row_range(0, 16, 1, half, rows - half)];
+    let plan = Plan::new(&task, pieces).unwrap();
+    let model = AnalyticalModel::new(HardwareProfile::torchrec_default(), 65_536).unwrap();
+    let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+    let doc = PlanDocument::new("test", 0, task, &plan, report.clone());
+    let plan_path = tmp("rowplan.json");
+    std::fs::write(&plan_path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = tmp("rowmeasured.json");
+    let args = ["--batch-size", "32", "--warmup", "0", "--reps", "2", "--no-flush", "--comm-from-plan", "--out"];
+    let o = collect(&[&["measure-plan", plan_path.to_str().unwrap()][..], &args, &[out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(v["comm"].as_str().unwrap().starts_with("modelled"), "{}", v["comm"]);
+    let m: planner_core::PlanReport = serde_json::from_value(v["measured"].clone()).unwrap();
+    for (d, p) in m.devices.iter().zip(&report.devices) {
+        assert_eq!((d.fw_comm_ms, d.bw_comm_ms, d.delay_ms), (p.fw_comm_ms, p.bw_comm_ms, p.delay_ms));
+        assert!(d.compute_ms > 0.0);
+        assert!(d.pieces[0].contains("rows"), "{:?}", d.pieces);
+    }
+}
+
 /// Every refusal names the field and the value; none panics.
 #[test]
 fn bad_inputs_are_refused_with_the_field_and_value() {

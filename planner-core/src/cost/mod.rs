@@ -9,6 +9,7 @@
 pub mod analytical;
 pub mod card;
 pub mod neural;
+pub mod profiles;
 
 use serde::{Deserialize, Serialize};
 

@@ -41,6 +41,8 @@ fn plan_writes_a_valid_document() {
     let (o, text) = run(bin().args(["plan", "--devices", "4", "--max-dim", "64", "--seed", "3", "--out"]).arg(&out));
     assert!(o.status.success(), "{text}");
     assert!(text.contains("bottleneck"), "{text}");
+    // The default cost model is the embedded H100 profile, with analytical comm (it says so).
+    assert!(text.contains("neural:h100+analytical-comm"), "{text}");
     let (doc, plan) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(doc.schema, planner_core::PLAN_SCHEMA);
     assert_eq!(plan.pieces().len(), doc.task.tables.len());
