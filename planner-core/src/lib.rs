@@ -18,6 +18,7 @@
 //!   plan everywhere.
 
 pub mod alis;
+pub mod bound;
 pub mod cost;
 pub mod dataset;
 pub mod document;

@@ -81,7 +81,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let mut outcomes = Vec::with_capacity(suite.len());
         let mut failures = Vec::with_capacity(suite.len());
         for st in &suite {
-            let ctx = PlanContext { cost_model: model.as_ref(), seed: st.seed };
+            let ctx = PlanContext::new(model.as_ref(), st.seed);
             let start = Instant::now();
             let result = planner.plan(&st.task, &ctx);
             let plan_time_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -73,7 +73,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             t
         }
     };
-    let ctx = PlanContext { cost_model: model.as_ref(), seed: args.seed };
+    let ctx = PlanContext::new(model.as_ref(), args.seed);
     let plan = entry.build().plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
     let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;
     println!(

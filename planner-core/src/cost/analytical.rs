@@ -34,7 +34,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ComputeSplit, CostModel, PieceRef};
+use super::{ComputeSplit, CostModel, IncrementalCompute, PieceRef};
 use crate::error::{Error, Result};
 use crate::table::ElementType;
 
@@ -189,7 +189,30 @@ impl AnalyticalModel {
     }
 }
 
+/// A piece's vector is its single cost; the head is the identity (compute is additive).
+impl IncrementalCompute for AnalyticalModel {
+    fn vector_len(&self) -> usize {
+        1
+    }
+
+    fn piece_vectors(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<f64>> {
+        Ok(pieces.iter().map(|p| self.piece_fwd_ms(p) + self.piece_bwd_ms(p)).collect())
+    }
+
+    fn head_ms(&self, sum: &[i64]) -> f64 {
+        sum.first().map_or(0.0, |&s| s as f64 / super::incremental::FIXED_SCALE)
+    }
+}
+
 impl CostModel for AnalyticalModel {
+    fn incremental(&self) -> Option<&dyn IncrementalCompute> {
+        Some(self)
+    }
+
+    fn compute_is_additive(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> String {
         format!("analytical:{}", self.hardware.name)
     }

@@ -8,6 +8,8 @@
 
 pub mod analytical;
 pub mod card;
+pub mod incremental;
+pub mod native;
 pub mod neural;
 pub mod profiles;
 
@@ -20,6 +22,7 @@ use crate::task::Task;
 
 pub use analytical::{AnalyticalModel, HardwareProfile};
 pub use card::ModelCard;
+pub use incremental::IncrementalCompute;
 pub use neural::NeuralModel;
 
 /// One piece of a table as a cost model sees it: the table's statistics, the piece's dim and its rows.
@@ -100,6 +103,16 @@ pub trait CostModel {
     /// The forward/backward parts of [`CostModel::compute_ms`], when the model knows them.
     fn compute_split(&self, _set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
         Ok(None)
+    }
+    /// The incremental form of [`CostModel::compute_ms`], when the model's set cost is a head over a
+    /// sum of per-piece vectors (searches then price a set plus one piece by adding vectors).
+    fn incremental(&self) -> Option<&dyn IncrementalCompute> {
+        None
+    }
+    /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
+    /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
+    fn compute_is_additive(&self) -> bool {
+        false
     }
     /// Backward all-to-all time of every device, given per-device dim sums.
     fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>>;

@@ -15,6 +15,8 @@ use std::sync::Mutex;
 use tract_onnx::prelude::{Framework, InferenceModelExt, IntoRunnable, Tensor, TypedRunnableModel, tvec};
 
 use super::card::{CommCard, ENCODER_WIDTHS, HEAD_WIDTHS, ModelCard};
+use super::incremental::{IncrementalCompute, add_into, to_fixed};
+use super::native::NativeMlp;
 use super::{AnalyticalModel, CostModel, PieceRef};
 use crate::error::{Error, Result};
 use crate::features::{NEUROSHARD_LEN, Normalisation, neuroshard_raw};
@@ -115,6 +117,8 @@ pub struct CacheStats {
 struct Caches {
     piece_ids: HashMap<PieceKey, u32>,
     embeddings: Vec<[f32; EMBED_LEN]>,
+    /// Fixed-point first-layer projections of the embeddings (with a native head).
+    projections: Vec<Vec<i64>>,
     sets: HashMap<Vec<u32>, f64>,
     stats: CacheStats,
 }
@@ -130,6 +134,7 @@ pub struct NeuralModel {
     card: ModelCard,
     encoder: Graph,
     head: Graph,
+    native_head: Option<NativeMlp>,
     comm: BTreeMap<usize, CommGraphs>,
     comm_fallback: Option<AnalyticalModel>,
     caches: Mutex<Caches>,
@@ -148,7 +153,13 @@ impl NeuralModel {
         };
         let c = &card.compute;
         let encoder = Graph::load(&card.name, "compute encoder", get(&c.encoder_file)?, ENCODER_WIDTHS[0], EMBED_LEN)?;
-        let head = Graph::load(&card.name, "compute head", get(&c.head_file)?, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
+        let head_bytes = get(&c.head_file)?;
+        let head = Graph::load(&card.name, "compute head", head_bytes, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
+        // The head evaluated natively when its graph is a plain dense chain of the expected widths;
+        // otherwise every head call goes through tract.
+        let native_head = NativeMlp::from_onnx(head_bytes)
+            .ok()
+            .filter(|m| m.input_width() == HEAD_WIDTHS[0] && m.output_width() == HEAD_WIDTHS[2]);
         let mut comm = BTreeMap::new();
         for cc in &card.comm {
             let d = cc.devices;
@@ -160,6 +171,7 @@ impl NeuralModel {
             card,
             encoder,
             head,
+            native_head,
             comm,
             comm_fallback: None,
             caches: Mutex::new(Caches::default()),
@@ -218,7 +230,14 @@ impl NeuralModel {
             .collect())
     }
 
-    /// Runs the head on set sums; costs in ms, clamped at 0 (a step never takes negative time).
+    /// The head as plain Rust, when its graph is a dense chain (see [`NativeMlp`]).
+    #[must_use]
+    pub fn native_head(&self) -> Option<&NativeMlp> {
+        self.native_head.as_ref()
+    }
+
+    /// Runs the head graph through tract on set sums; costs in ms, clamped at 0 (a step never takes
+    /// negative time).
     pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
         let input: Vec<f32> = sums.iter().flatten().copied().collect();
         Ok(self.head.run(sums.len(), &input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
@@ -237,6 +256,15 @@ impl NeuralModel {
             let new: Vec<PieceRef<'_>> = missing.iter().map(|&i| pieces[i]).collect();
             for (i, emb) in missing.iter().zip(self.embed(&new)?) {
                 let id = caches.embeddings.len() as u32;
+                if let Some(native) = &self.native_head {
+                    let x: Vec<f64> = emb.iter().map(|&v| f64::from(v)).collect();
+                    let fixed = native
+                        .project_first(&x)
+                        .into_iter()
+                        .map(|v| to_fixed(&self.card.name, v))
+                        .collect::<Result<Vec<i64>>>()?;
+                    caches.projections.push(fixed);
+                }
                 caches.embeddings.push(emb);
                 caches.piece_ids.insert(keys[*i], id);
                 caches.stats.pieces_embedded += 1;
@@ -260,7 +288,41 @@ impl NeuralModel {
     }
 }
 
+/// With a native head: a piece's vector is its embedding through the head's first layer (weights
+/// only), and a set's cost is the rest of the head on the sum plus the first layer's bias — the same
+/// numbers [`CostModel::compute_ms`] gives.
+impl IncrementalCompute for NeuralModel {
+    fn vector_len(&self) -> usize {
+        self.native_head.as_ref().map_or(0, NativeMlp::first_width)
+    }
+
+    fn piece_vectors(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<f64>> {
+        let mut caches = self.caches.lock().map_err(|_| Error::CostModel {
+            model: self.card.name.clone(),
+            message: "cache lock poisoned by an earlier failure".into(),
+        })?;
+        let ids = self.intern(&mut caches, pieces)?;
+        let mut out = Vec::with_capacity(ids.len() * self.vector_len());
+        for id in ids {
+            let p = caches.projections.get(id as usize).ok_or_else(|| Error::CostModel {
+                model: self.card.name.clone(),
+                message: "no native head: piece vectors are unavailable".into(),
+            })?;
+            out.extend(super::incremental::from_fixed(p));
+        }
+        Ok(out)
+    }
+
+    fn head_ms(&self, sum: &[i64]) -> f64 {
+        self.native_head.as_ref().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0))
+    }
+}
+
 impl CostModel for NeuralModel {
+    fn incremental(&self) -> Option<&dyn IncrementalCompute> {
+        self.native_head.as_ref().map(|_| self as &dyn IncrementalCompute)
+    }
+
     fn name(&self) -> String {
         match &self.comm_fallback {
             Some(_) => format!("neural:{}+analytical-comm", self.card.name),
@@ -290,7 +352,21 @@ impl CostModel for NeuralModel {
                 None => todo.push((i, ids)),
             }
         }
-        if !todo.is_empty() {
+        if let (Some(native), false) = (&self.native_head, todo.is_empty()) {
+            let width = native.first_width();
+            for (i, ids) in todo {
+                let mut sum = vec![0i64; width];
+                for &id in &ids {
+                    add_into(&mut sum, &caches.projections[id as usize]);
+                }
+                let c = native.output_from_fixed_projection(&sum).max(0.0);
+                out[i] = c;
+                caches.stats.set_misses += 1;
+                if self.use_set_cache {
+                    caches.sets.insert(ids, c);
+                }
+            }
+        } else if !todo.is_empty() {
             let sums: Vec<[f32; EMBED_LEN]> = todo
                 .iter()
                 .map(|(_, ids)| {

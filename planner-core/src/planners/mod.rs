@@ -2,19 +2,149 @@
 //! and the benchmarks all read [`REGISTRY`]).
 
 pub mod baselines;
+pub mod neuroshard;
+pub mod refine;
+pub(crate) mod search;
 pub mod torchrec;
+
+use std::cell::Cell;
+
+use serde::Serialize;
 
 use crate::cost::CostModel;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::task::Task;
 
-/// What a planner may use besides the task.
+/// What a planner may use besides the task. Build it with [`PlanContext::new`] and the `with_*` methods.
+#[non_exhaustive]
 pub struct PlanContext<'a> {
     /// The cost model to plan against (baselines ignore it).
     pub cost_model: &'a dyn CostModel,
     /// Seed for any randomness; the same seed gives the same plan.
     pub seed: u64,
+    /// A time budget for searches that can stop early (the core has no clock: the caller lends one).
+    pub budget: Option<Budget<'a>>,
+    /// Called between search steps; returning `false` stops the search, which returns its best plan so far.
+    pub progress: Option<&'a dyn Fn(Progress) -> bool>,
+}
+
+/// A time budget: `clock_ms` reads a monotonic clock in milliseconds (any origin), and a search stops
+/// once `limit_ms` have passed since it started, returning its best plan so far.
+#[derive(Clone, Copy)]
+pub struct Budget<'a> {
+    /// The caller's clock, milliseconds.
+    pub clock_ms: &'a dyn Fn() -> f64,
+    /// Milliseconds a search may take.
+    pub limit_ms: f64,
+}
+
+/// Where a search stands, as passed to [`PlanContext::progress`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Progress {
+    /// The planner reporting.
+    pub planner: &'static str,
+    /// Steps done (beam rounds, refinement passes).
+    pub step: usize,
+    /// Most steps it will take.
+    pub max_steps: usize,
+    /// Cost of the best feasible plan so far.
+    pub best_cost_ms: Option<f64>,
+}
+
+impl<'a> PlanContext<'a> {
+    /// A context with no budget and no progress callback.
+    #[must_use]
+    pub fn new(cost_model: &'a dyn CostModel, seed: u64) -> Self {
+        Self { cost_model, seed, budget: None, progress: None }
+    }
+
+    /// Stops searches `limit_ms` after they start, as read on `clock_ms`.
+    #[must_use]
+    pub fn with_budget(mut self, clock_ms: &'a dyn Fn() -> f64, limit_ms: f64) -> Self {
+        self.budget = Some(Budget { clock_ms, limit_ms });
+        self
+    }
+
+    /// Reports progress to `progress` (which may stop the search by returning `false`).
+    #[must_use]
+    pub fn with_progress(mut self, progress: &'a dyn Fn(Progress) -> bool) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// A stopwatch for one search under this context's budget and callback.
+    pub(crate) fn stopwatch(&self) -> Stopwatch<'a> {
+        Stopwatch {
+            budget: self.budget,
+            progress: self.progress,
+            start_ms: self.budget.map_or(0.0, |b| (b.clock_ms)()),
+        }
+    }
+}
+
+/// The budget and callback of one search.
+pub(crate) struct Stopwatch<'a> {
+    budget: Option<Budget<'a>>,
+    progress: Option<&'a dyn Fn(Progress) -> bool>,
+    start_ms: f64,
+}
+
+impl Stopwatch<'_> {
+    /// Whether the budget is spent.
+    pub(crate) fn out_of_time(&self) -> bool {
+        self.budget.is_some_and(|b| (b.clock_ms)() - self.start_ms >= b.limit_ms)
+    }
+
+    /// Reports `p`; whether the search may go on (callback and budget both agree).
+    pub(crate) fn report(&self, p: Progress) -> bool {
+        let go_on = self.progress.is_none_or(|f| f(p));
+        go_on && !self.out_of_time()
+    }
+}
+
+/// Counters of a search, readable after planning through [`Planner::last_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SearchStats {
+    /// Set-compute lookups answered by the set cache.
+    pub set_cache_hits: u64,
+    /// Set-compute lookups computed (head call, or a model call without incremental compute).
+    pub set_cache_misses: u64,
+    /// Distinct pieces priced.
+    pub pieces: u64,
+    /// Full plan evaluations (comm included).
+    pub plan_evaluations: u64,
+    /// Full plan evaluations answered from the plan memo.
+    pub plan_memo_hits: u64,
+    /// Greedy grid searches run (distinct split states).
+    pub grid_searches: u64,
+    /// Beam rounds completed.
+    pub rounds: u64,
+    /// Whether the budget or the callback stopped the search early.
+    pub stopped_early: bool,
+}
+
+impl SearchStats {
+    /// Share of set-compute lookups the cache answered (0 with no lookups).
+    #[must_use]
+    pub fn hit_rate(&self) -> f64 {
+        let total = self.set_cache_hits + self.set_cache_misses;
+        if total == 0 { 0.0 } else { self.set_cache_hits as f64 / total as f64 }
+    }
+}
+
+/// Where a planner keeps the counters of its last run (planners are used through `&self`).
+#[derive(Default)]
+pub(crate) struct StatsCell(Cell<Option<SearchStats>>);
+
+impl StatsCell {
+    pub(crate) fn set(&self, s: SearchStats) {
+        self.0.set(Some(s));
+    }
+
+    pub(crate) fn get(&self) -> Option<SearchStats> {
+        self.0.get()
+    }
 }
 
 /// A sharding algorithm.
@@ -25,6 +155,10 @@ pub trait Planner {
     /// rather than an invalid plan (the random baseline excepted: it never checks memory, as in the
     /// seeds, and its report says whether the plan fits).
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan>;
+    /// Counters of the last [`Planner::plan`] call, for planners that search.
+    fn last_stats(&self) -> Option<SearchStats> {
+        None
+    }
 }
 
 /// A registered planner.
@@ -77,6 +211,24 @@ pub const REGISTRY: &[PlannerEntry] = &[
         summary: "greedy by dim x pooling factor x log10(rows) (seed baseline)",
         is_seed_baseline: true,
         make: || Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
+    },
+    PlannerEntry {
+        name: "neuroshard",
+        summary: "NeuroShard: beam search over column splits, greedy grid search over placements, on any cost model",
+        is_seed_baseline: false,
+        make: || Box::new(neuroshard::NeuroShard::default()),
+    },
+    PlannerEntry {
+        name: "neuroshard+refine",
+        summary: "neuroshard, then local search (move, swap, merge, split) under the cost model",
+        is_seed_baseline: false,
+        make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
+    },
+    PlannerEntry {
+        name: "size-lookup+refine",
+        summary: "the size-lookup greedy baseline, then local search (move, swap, merge, split)",
+        is_seed_baseline: false,
+        make: || Box::new(refine::Refined::new("size-lookup+refine", Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)))),
     },
     PlannerEntry {
         name: "torchrec",

@@ -10,9 +10,10 @@ use planner_core::task::{Devices, SuiteSpec, Task};
 use planner_core::{Error, Plan};
 use proptest::prelude::*;
 
+mod neuroshard;
 mod torchrec_golden;
 
-fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
+pub(crate) fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
     let mut bins = [0.0; NUM_BINS];
     bins[0] = 1.0;
     TableSpec::new("test", name.into(), rows, dim, pf, bins, ElementType::Fp32, OptimizerState::None).unwrap()
@@ -36,7 +37,7 @@ fn cost_from_scratch(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
     (0..n).map(|r| compute[r] + bw[r] + fw[r]).fold(f64::NEG_INFINITY, f64::max)
 }
 
-fn check_plan(task: &Task, plan: &Plan, model: &dyn CostModel, random: bool) {
+pub(crate) fn check_plan(task: &Task, plan: &Plan, model: &dyn CostModel, random: bool) {
     // Every table covered exactly once: pieces' cells (rows x columns) sum to the table's.
     let mut covered = vec![0u64; task.tables.len()];
     for p in plan.pieces() {
@@ -72,7 +73,7 @@ proptest! {
         st.task.devices = Devices::new(caps).unwrap();
         let model = AnalyticalModel::default();
         for entry in REGISTRY {
-            let ctx = PlanContext { cost_model: &model, seed };
+            let ctx = PlanContext::new(&model, seed);
             match entry.build().plan(&st.task, &ctx) {
                 Ok(plan) => check_plan(&st.task, &plan, &model, entry.name == "random"),
                 Err(Error::NoFit { need_bytes, best_free_bytes, .. }) => prop_assert!(need_bytes > best_free_bytes),
@@ -96,7 +97,7 @@ fn check(planner: &str, tables: Vec<TableSpec>, caps: Vec<u64>, expected: &[usiz
     let task = Task::new(tables, Devices::new(caps).unwrap()).unwrap();
     let model = AnalyticalModel::default();
     let entry = planner_core::planners::planner(planner).unwrap();
-    let plan = entry.build().plan(&task, &PlanContext { cost_model: &model, seed: 0 }).unwrap();
+    let plan = entry.build().plan(&task, &PlanContext::new(&model, 0)).unwrap();
     assert_eq!(devices_of(&plan), expected, "{planner}");
 }
 
@@ -118,7 +119,7 @@ fn golden_size_greedy_respects_uneven_caps() {
     let err = planner_core::planners::planner("size")
         .unwrap()
         .build()
-        .plan(&task, &PlanContext { cost_model: &model, seed: 0 });
+        .plan(&task, &PlanContext::new(&model, 0));
     match err {
         Err(Error::NoFit { table, need_bytes: 2000, best_free_bytes: 1000 }) => assert_eq!(table, "c"),
         other => panic!("expected NoFit for c, got {other:?}"),
@@ -143,9 +144,9 @@ fn random_is_seeded() {
     let st = SuiteSpec::neuroshard(4, 32, 1, 5).task(0).unwrap();
     let model = AnalyticalModel::default();
     let p = planner_core::planners::planner("random").unwrap().build();
-    let a = p.plan(&st.task, &PlanContext { cost_model: &model, seed: 1 }).unwrap();
-    let b = p.plan(&st.task, &PlanContext { cost_model: &model, seed: 1 }).unwrap();
-    let c = p.plan(&st.task, &PlanContext { cost_model: &model, seed: 2 }).unwrap();
+    let a = p.plan(&st.task, &PlanContext::new(&model, 1)).unwrap();
+    let b = p.plan(&st.task, &PlanContext::new(&model, 1)).unwrap();
+    let c = p.plan(&st.task, &PlanContext::new(&model, 2)).unwrap();
     assert_eq!(a, b);
     assert_ne!(devices_of(&a), devices_of(&c));
 }
@@ -158,7 +159,7 @@ fn four_phase_ignores_delays_and_is_never_above_neuroshard_for_the_analytical_mo
     let plan = planner_core::planners::planner("dim")
         .unwrap()
         .build()
-        .plan(&st.task, &PlanContext { cost_model: &model, seed: 0 })
+        .plan(&st.task, &PlanContext::new(&model, 0))
         .unwrap();
     let a = evaluate(&st.task, &plan, &model, CostDefinition::NeuroShard).unwrap();
     let b = evaluate(&st.task, &plan, &model, CostDefinition::FourPhase).unwrap();

@@ -1,0 +1,448 @@
+//! NeuroShard's search (SPEC section 6): a beam search over column splits, each split state placed by
+//! a greedy grid search, every plan priced by the cost model.
+//!
+//! * **Greedy(s).** Pieces sorted by predicted single-piece compute, largest first (ties: larger
+//!   bytes, then position); each goes to the device whose whole set has the lowest predicted compute
+//!   once it is added (ties: smaller byte sum, then lower index), among devices where it fits in memory
+//!   and `dims_r + dim ≤ s · Σdims / D`. The grid runs `s ∈ {1.00, 1.05, …, 1.50}` (M = 11); each
+//!   feasible plan is priced with the full cost (compute and comm, [`crate::cost::evaluate`]'s
+//!   definition) and the cheapest kept.
+//! * **Beam.** From the unsplit state, for up to L rounds, each of the K beam states proposes the
+//!   union of its top-N pieces by bytes and by predicted compute (among pieces whose half dim is a
+//!   multiple of 4); each proposal halves that piece and runs the grid search; the K best proposals
+//!   form the next beam and the best feasible plan seen is returned. States are ranked by bytes over
+//!   the caps first, then cost, so that from an infeasible start (a table larger than any device) the
+//!   beam walks towards the splits that make it fit.
+//!
+//! Speed (the paper's search took 10.75 s per task): the grid points run in lockstep — all `s`
+//! values share one greedy state until their constraints first choose different devices, so each
+//! step prices `D` candidate sets per *distinct* state rather than per grid point; split states are
+//! canonical (a table's pieces laid out widest first), so a state reached twice is searched once; and
+//! set compute goes through [`super::search::Evaluator`] (vector sums + a native head when the model
+//! is incremental, a multiset cache always).
+
+use super::search::{DeviceSet, Evaluator, FastMap};
+use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
+use crate::cost::{CostDefinition, CostModel};
+use crate::error::{Error, Result};
+use crate::plan::{Piece, Plan};
+use crate::task::Task;
+
+/// Hyper-parameters of the search; [`Default`] gives the paper's values.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NeuroShardConfig {
+    /// N: candidate pieces per state from each ranking (bytes, predicted compute).
+    pub candidates: usize,
+    /// K: beam width.
+    pub beam_width: usize,
+    /// L: most split rounds.
+    pub max_rounds: usize,
+    /// M: grid points over the dim-balance scale `s`.
+    pub grid_points: usize,
+    /// Largest `s` (the grid spans 1.0 ..= this).
+    pub max_scale: f64,
+    /// Whether set compute predictions are cached (results are identical either way).
+    pub set_cache: bool,
+    /// Cost definition plans are ranked by.
+    pub definition: CostDefinition,
+}
+
+impl Default for NeuroShardConfig {
+    fn default() -> Self {
+        Self {
+            candidates: 10,
+            beam_width: 3,
+            max_rounds: 10,
+            grid_points: 11,
+            max_scale: 1.5,
+            set_cache: true,
+            definition: CostDefinition::NeuroShard,
+        }
+    }
+}
+
+impl NeuroShardConfig {
+    /// Refuses values the search cannot run with, naming the field.
+    pub fn validate(&self) -> Result<()> {
+        let ctx = "neuroshard config";
+        if self.beam_width == 0 {
+            return Err(Error::field(ctx, "beam_width", 0, "at least 1"));
+        }
+        if self.grid_points == 0 {
+            return Err(Error::field(ctx, "grid_points", 0, "at least 1"));
+        }
+        if !self.max_scale.is_finite() || self.max_scale < 1.0 {
+            return Err(Error::field(ctx, "max_scale", self.max_scale, "a finite number >= 1"));
+        }
+        Ok(())
+    }
+
+    fn scales(&self) -> Vec<f64> {
+        let m = self.grid_points;
+        if m == 1 {
+            return vec![1.0];
+        }
+        (0..m).map(|i| 1.0 + (self.max_scale - 1.0) * i as f64 / (m - 1) as f64).collect()
+    }
+}
+
+/// The NeuroShard planner.
+#[derive(Default)]
+pub struct NeuroShard {
+    /// Hyper-parameters.
+    pub config: NeuroShardConfig,
+    stats: StatsCell,
+}
+
+impl NeuroShard {
+    /// A planner with `config`.
+    #[must_use]
+    pub fn new(config: NeuroShardConfig) -> Self {
+        Self { config, stats: StatsCell::default() }
+    }
+
+    /// Plans `task` and returns the search's counters with the plan.
+    pub fn plan_with_stats(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<(Plan, SearchStats)> {
+        self.config.validate()?;
+        let mut search = Search::new(task, ctx.cost_model, self.config)?;
+        let result = search.run(ctx);
+        let stats = search.ev.stats;
+        self.stats.set(stats);
+        Ok((result?, stats))
+    }
+}
+
+impl Planner for NeuroShard {
+    fn name(&self) -> &'static str {
+        "neuroshard"
+    }
+
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        self.plan_with_stats(task, ctx).map(|(p, _)| p)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
+    }
+}
+
+/// A split state: per table, its piece dims, widest first (offsets follow: aligned dyadic pieces).
+type State = Vec<Vec<u32>>;
+
+/// What the grid search found for one state.
+#[derive(Debug, Clone)]
+struct Outcome {
+    /// Bytes over the caps of the plan kept (0 when feasible).
+    overflow: u64,
+    /// Its cost.
+    cost_ms: f64,
+    /// Device of every piece, in the state's piece order.
+    devices: Vec<usize>,
+    /// When infeasible: the first piece that fit nowhere (table, bytes, best free bytes).
+    misfit: Option<(usize, u64, u64)>,
+}
+
+impl Outcome {
+    fn rank(&self) -> (u64, f64) {
+        (self.overflow, self.cost_ms)
+    }
+}
+
+/// One greedy state shared by the grid points that agree so far.
+#[derive(Clone)]
+struct Group {
+    scales: Vec<usize>,
+    sets: Vec<DeviceSet>,
+    compute: Vec<f64>,
+    devices: Vec<usize>,
+}
+
+struct Search<'t> {
+    ev: Evaluator<'t>,
+    config: NeuroShardConfig,
+    scales: Vec<f64>,
+    memo: FastMap<State, Outcome>,
+}
+
+/// Pieces of a state in order: (table, column offset, dim).
+fn layout(state: &State) -> Vec<(usize, u32, u32)> {
+    let mut out = Vec::new();
+    for (t, dims) in state.iter().enumerate() {
+        let mut off = 0;
+        for &d in dims {
+            out.push((t, off, d));
+            off += d;
+        }
+    }
+    out
+}
+
+impl<'t> Search<'t> {
+    fn new(task: &'t Task, model: &'t dyn CostModel, config: NeuroShardConfig) -> Result<Self> {
+        let mut ev = Evaluator::new(task, model, config.definition, config.set_cache);
+        // Every piece any split can make, priced in one batch.
+        let mut all = Vec::new();
+        for (t, table) in task.tables.iter().enumerate() {
+            let mut d = table.dim;
+            loop {
+                all.push((t, d, table.rows));
+                if d % 8 != 0 {
+                    break;
+                }
+                d /= 2;
+            }
+        }
+        ev.register(&all)?;
+        Ok(Self { ev, scales: config.scales(), config, memo: FastMap::default() })
+    }
+
+    fn ids(&mut self, pieces: &[(usize, u32, u32)]) -> Result<Vec<u32>> {
+        let want: Vec<(usize, u32, u64)> =
+            pieces.iter().map(|&(t, _, d)| (t, d, self.ev.task.tables[t].rows)).collect();
+        self.ev.register(&want)
+    }
+
+    /// The greedy grid search on one state (memoised by the state).
+    fn grid(&mut self, state: &State) -> Result<Outcome> {
+        if let Some(o) = self.memo.get(state) {
+            return Ok(o.clone());
+        }
+        self.ev.stats.grid_searches += 1;
+        let pieces = layout(state);
+        let ids = self.ids(&pieces)?;
+        let n_dev = self.ev.devices();
+        let caps = self.ev.task.devices.mem_cap_bytes().to_vec();
+        let mut single = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            single.push(self.ev.single_cost(id)?);
+        }
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by(|&a, &b| {
+            single[b]
+                .total_cmp(&single[a])
+                .then(self.ev.pieces[ids[b] as usize].bytes.cmp(&self.ev.pieces[ids[a] as usize].bytes))
+                .then(a.cmp(&b))
+        });
+        let total_dims: u64 = pieces.iter().map(|p| u64::from(p.2)).sum();
+        let avg = total_dims as f64 / n_dev as f64;
+        let limits: Vec<f64> = self.scales.iter().map(|s| s * avg).collect();
+        let empty = self.ev.empty_set();
+        let mut groups = vec![Group {
+            scales: (0..self.scales.len()).collect(),
+            sets: vec![empty; n_dev],
+            compute: vec![0.0; n_dev],
+            devices: vec![usize::MAX; ids.len()],
+        }];
+        let mut costs = vec![f64::NAN; n_dev];
+        for &i in &order {
+            let id = ids[i];
+            let info = self.ev.pieces[id as usize];
+            let mut next: Vec<Group> = Vec::with_capacity(groups.len());
+            for g in groups {
+                for d in 0..n_dev {
+                    costs[d] = if g.sets[d].bytes + info.bytes <= caps[d] {
+                        self.ev.set_cost_with(&g.sets[d], id)?
+                    } else {
+                        f64::NAN
+                    };
+                }
+                // Each grid point's choice; grid points choosing alike stay together.
+                let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
+                for &s in &g.scales {
+                    let best = (0..n_dev)
+                        .filter(|&d| !costs[d].is_nan() && (g.sets[d].dims + u64::from(info.dim)) as f64 <= limits[s] + 1e-9)
+                        .min_by(|&a, &b| {
+                            costs[a].total_cmp(&costs[b]).then(g.sets[a].bytes.cmp(&g.sets[b].bytes)).then(a.cmp(&b))
+                        });
+                    if let Some(d) = best {
+                        match by_device.iter_mut().find(|(x, _)| *x == d) {
+                            Some((_, v)) => v.push(s),
+                            None => by_device.push((d, vec![s])),
+                        }
+                    }
+                }
+                let mut g = g;
+                let last = by_device.pop();
+                for (d, scales) in by_device {
+                    let mut h = g.clone();
+                    h.scales = scales;
+                    self.ev.add(&mut h.sets[d], id);
+                    h.compute[d] = costs[d];
+                    h.devices[i] = d;
+                    next.push(h);
+                }
+                if let Some((d, scales)) = last {
+                    g.scales = scales;
+                    self.ev.add(&mut g.sets[d], id);
+                    g.compute[d] = costs[d];
+                    g.devices[i] = d;
+                    next.push(g);
+                }
+            }
+            groups = next;
+            if groups.is_empty() {
+                break;
+            }
+        }
+        let mut best: Option<Outcome> = None;
+        for g in &groups {
+            let dims: Vec<u64> = g.sets.iter().map(|s| s.dims).collect();
+            let cost_ms = self.ev.plan_cost(&g.compute, &dims)?;
+            if best.as_ref().is_none_or(|b| cost_ms < b.cost_ms) {
+                best = Some(Outcome { overflow: 0, cost_ms, devices: g.devices.clone(), misfit: None });
+            }
+        }
+        let outcome = match best {
+            Some(b) => b,
+            None => self.relaxed(&ids, &order)?,
+        };
+        self.memo.insert(state.clone(), outcome.clone());
+        Ok(outcome)
+    }
+
+    /// When no grid point is feasible: the greedy without the dim constraint, and a piece that fits
+    /// nowhere goes where the most memory is free — an infeasible plan, ranked by its overflow.
+    fn relaxed(&mut self, ids: &[u32], order: &[usize]) -> Result<Outcome> {
+        let n_dev = self.ev.devices();
+        let caps = self.ev.task.devices.mem_cap_bytes().to_vec();
+        let mut sets = vec![self.ev.empty_set(); n_dev];
+        let mut compute = vec![0.0; n_dev];
+        let mut devices = vec![0; ids.len()];
+        let mut misfit = None;
+        for &i in order {
+            let id = ids[i];
+            let info = self.ev.pieces[id as usize];
+            let mut best: Option<(usize, f64)> = None;
+            for d in 0..n_dev {
+                if sets[d].bytes + info.bytes <= caps[d] {
+                    let c = self.ev.set_cost_with(&sets[d], id)?;
+                    let better = best.is_none_or(|(bd, bc)| {
+                        c.total_cmp(&bc).then(sets[d].bytes.cmp(&sets[bd].bytes)).is_lt()
+                    });
+                    if better {
+                        best = Some((d, c));
+                    }
+                }
+            }
+            let (d, c) = match best {
+                Some(b) => b,
+                None => {
+                    let free = |d: usize| caps[d].saturating_sub(sets[d].bytes);
+                    let d = (0..n_dev).max_by(|&a, &b| free(a).cmp(&free(b)).then(b.cmp(&a))).unwrap_or(0);
+                    if misfit.is_none() {
+                        misfit = Some((info.table, info.bytes, free(d)));
+                    }
+                    (d, self.ev.set_cost_with(&sets[d], id)?)
+                }
+            };
+            self.ev.add(&mut sets[d], id);
+            compute[d] = c;
+            devices[i] = d;
+        }
+        let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
+        let cost_ms = self.ev.plan_cost(&compute, &dims)?;
+        Ok(Outcome { overflow: self.ev.overflow(&sets), cost_ms, devices, misfit })
+    }
+
+    /// Pieces worth splitting in `state`: top-N by bytes ∪ top-N by predicted compute, one per distinct
+    /// (table, dim), among pieces whose half dim is a multiple of 4. Returns (table, dim).
+    fn candidates(&mut self, state: &State) -> Result<Vec<(usize, u32)>> {
+        let mut distinct: Vec<(usize, u32)> = Vec::new();
+        for (t, dims) in state.iter().enumerate() {
+            for &d in dims {
+                if d % 8 == 0 && !distinct.contains(&(t, d)) {
+                    distinct.push((t, d));
+                }
+            }
+        }
+        let mut info = Vec::with_capacity(distinct.len());
+        for &(t, d) in &distinct {
+            let id = self.ev.register(&[(t, d, self.ev.task.tables[t].rows)])?[0];
+            info.push((self.ev.pieces[id as usize].bytes, self.ev.single_cost(id)?));
+        }
+        let n = self.config.candidates;
+        let mut by_size: Vec<usize> = (0..distinct.len()).collect();
+        by_size.sort_by(|&a, &b| info[b].0.cmp(&info[a].0).then(a.cmp(&b)));
+        let mut by_cost: Vec<usize> = (0..distinct.len()).collect();
+        by_cost.sort_by(|&a, &b| info[b].1.total_cmp(&info[a].1).then(a.cmp(&b)));
+        let mut out: Vec<usize> = Vec::new();
+        for &i in by_size.iter().take(n).chain(by_cost.iter().take(n)) {
+            if !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        Ok(out.into_iter().map(|i| distinct[i]).collect())
+    }
+
+    fn run(&mut self, ctx: &PlanContext<'_>) -> Result<Plan> {
+        let watch = ctx.stopwatch();
+        let root: State = self.ev.task.tables.iter().map(|t| vec![t.dim]).collect();
+        let first = self.grid(&root)?;
+        let mut best_any: (State, Outcome) = (root.clone(), first.clone());
+        let mut best: Option<(State, Outcome)> = (first.overflow == 0).then(|| (root.clone(), first));
+        let mut beam = vec![root];
+        'rounds: for round in 0..self.config.max_rounds {
+            let progress = Progress {
+                planner: "neuroshard",
+                step: round,
+                max_steps: self.config.max_rounds,
+                best_cost_ms: best.as_ref().map(|b| b.1.cost_ms),
+            };
+            if !watch.report(progress) {
+                self.ev.stats.stopped_early = true;
+                break;
+            }
+            let mut proposals: Vec<(State, Outcome)> = Vec::new();
+            let mut seen: FastMap<State, ()> = FastMap::default();
+            for state in &beam {
+                for (t, d) in self.candidates(state)? {
+                    let mut next = state.clone();
+                    let dims = &mut next[t];
+                    if let Some(pos) = dims.iter().position(|&x| x == d) {
+                        dims.remove(pos);
+                    }
+                    dims.push(d / 2);
+                    dims.push(d / 2);
+                    dims.sort_unstable_by(|a, b| b.cmp(a));
+                    if seen.insert(next.clone(), ()).is_some() {
+                        continue;
+                    }
+                    let o = self.grid(&next)?;
+                    if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
+                        best = Some((next.clone(), o.clone()));
+                    }
+                    if o.rank() < best_any.1.rank() {
+                        best_any = (next.clone(), o.clone());
+                    }
+                    proposals.push((next, o));
+                    if watch.out_of_time() {
+                        self.ev.stats.stopped_early = true;
+                        break 'rounds;
+                    }
+                }
+            }
+            if proposals.is_empty() {
+                break;
+            }
+            // Stable sort: ties keep proposal order (beam order, then candidate order).
+            proposals.sort_by(|a, b| a.1.overflow.cmp(&b.1.overflow).then(a.1.cost_ms.total_cmp(&b.1.cost_ms)));
+            beam = proposals.into_iter().take(self.config.beam_width).map(|(s, _)| s).collect();
+            self.ev.stats.rounds += 1;
+        }
+        let Some((state, outcome)) = best else {
+            let (table, need_bytes, best_free_bytes) = best_any.1.misfit.unwrap_or((0, 0, 0));
+            return Err(Error::NoFit {
+                table: self.ev.task.tables.get(table).map(|t| t.name.clone()).unwrap_or_default(),
+                need_bytes,
+                best_free_bytes,
+            });
+        };
+        let pieces: Vec<Piece> = layout(&state)
+            .into_iter()
+            .zip(&outcome.devices)
+            .map(|((t, off, d), &dev)| Piece::cols(t, off, d, dev))
+            .collect();
+        Plan::new(self.ev.task, pieces)
+    }
+}
+

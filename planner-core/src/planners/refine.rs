@@ -1,0 +1,305 @@
+//! Local search after any planner: move a piece to another device, swap two pieces, merge two column
+//! halves of a table back into one piece, or split a piece's columns in half onto another device —
+//! accepting a change only when the cost model says the plan gets cheaper and no device goes over
+//! its cap (an overfull input, e.g. from `random`, is first driven towards fitting: fewer bytes over
+//! the caps always wins).
+//!
+//! First improvement: each pass visits the neighbourhood in a seeded random order and restarts after
+//! an accepted change; it ends at a local optimum, after `max_passes` accepted changes, after
+//! `max_evaluations` priced neighbours, or when the budget or the progress callback says stop. Only
+//! the two devices a change touches are re-priced, through the same evaluator NeuroShard uses
+//! (vector sums and a set cache). Row-wise pieces may move and swap but are never merged or split.
+
+use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
+
+use super::search::{DeviceSet, Evaluator};
+use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
+use crate::cost::CostDefinition;
+use crate::error::Result;
+use crate::plan::{Piece, Plan, RowRange};
+use crate::task::Task;
+
+/// Limits of a refinement.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RefineConfig {
+    /// Most accepted changes.
+    pub max_passes: usize,
+    /// Most neighbours priced.
+    pub max_evaluations: u64,
+    /// Whether set compute predictions are cached (results are identical either way).
+    pub set_cache: bool,
+    /// Cost definition plans are compared by.
+    pub definition: CostDefinition,
+}
+
+impl Default for RefineConfig {
+    fn default() -> Self {
+        Self { max_passes: 200, max_evaluations: 100_000, set_cache: true, definition: CostDefinition::NeuroShard }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RPiece {
+    table: usize,
+    off: u32,
+    dim: u32,
+    rows: Option<RowRange>,
+    device: usize,
+    id: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Move(usize, usize),
+    Swap(usize, usize),
+    /// Merge pieces `a` and `b` (a's columns first) onto a device.
+    Merge(usize, usize, usize),
+    /// Split a piece: first half stays, second half goes to the device.
+    Split(usize, usize),
+}
+
+struct State<'t> {
+    ev: Evaluator<'t>,
+    pieces: Vec<RPiece>,
+    sets: Vec<DeviceSet>,
+    compute: Vec<f64>,
+    cost_ms: f64,
+    overflow: u64,
+}
+
+impl State<'_> {
+    fn id(&mut self, table: usize, dim: u32, rows: Option<RowRange>) -> Result<u32> {
+        let r = rows.map_or(self.ev.task.tables[table].rows, |r| r.count);
+        Ok(self.ev.register(&[(table, dim, r)])?[0])
+    }
+
+    fn changes(&self) -> Vec<Change> {
+        let n_dev = self.sets.len();
+        let n = self.pieces.len();
+        let mut out = Vec::new();
+        for (i, p) in self.pieces.iter().enumerate() {
+            for d in (0..n_dev).filter(|&d| d != p.device) {
+                out.push(Change::Move(i, d));
+                let t = &self.ev.task.tables[p.table];
+                let half = p.dim / 2;
+                if p.rows.is_none() && p.dim % 8 == 0 && t.dim % half == 0 && (t.dim / half).is_power_of_two() {
+                    out.push(Change::Split(i, d));
+                }
+            }
+            for j in i + 1..n {
+                if self.pieces[j].device != p.device {
+                    out.push(Change::Swap(i, j));
+                }
+            }
+        }
+        for (i, a) in self.pieces.iter().enumerate() {
+            let t = &self.ev.task.tables[a.table];
+            let double = a.dim * 2;
+            if a.rows.is_some() || t.dim % double != 0 || !(t.dim / double).is_power_of_two() || a.off % double != 0 {
+                continue;
+            }
+            if let Some(j) = self.pieces.iter().position(|b| {
+                b.table == a.table && b.rows.is_none() && b.dim == a.dim && b.off == a.off + a.dim
+            }) {
+                out.push(Change::Merge(i, j, a.device));
+                if self.pieces[j].device != a.device {
+                    out.push(Change::Merge(i, j, self.pieces[j].device));
+                }
+            }
+        }
+        out
+    }
+
+    /// The pieces and device sets after `c`, for the devices it touches.
+    fn apply(&mut self, c: Change) -> Result<(Vec<RPiece>, Vec<(usize, DeviceSet)>)> {
+        let mut pieces = self.pieces.clone();
+        let mut touched: Vec<(usize, DeviceSet)> = Vec::new();
+        let set = |touched: &mut Vec<(usize, DeviceSet)>, d: usize, sets: &[DeviceSet]| -> usize {
+            if let Some(k) = touched.iter().position(|(x, _)| *x == d) {
+                k
+            } else {
+                touched.push((d, sets[d].clone()));
+                touched.len() - 1
+            }
+        };
+        match c {
+            Change::Move(i, d) => {
+                let p = pieces[i];
+                let k = set(&mut touched, p.device, &self.sets);
+                self.ev.remove(&mut touched[k].1, p.id);
+                let k = set(&mut touched, d, &self.sets);
+                self.ev.add(&mut touched[k].1, p.id);
+                pieces[i].device = d;
+            }
+            Change::Swap(i, j) => {
+                let (a, b) = (pieces[i], pieces[j]);
+                let ka = set(&mut touched, a.device, &self.sets);
+                let kb = set(&mut touched, b.device, &self.sets);
+                self.ev.remove(&mut touched[ka].1, a.id);
+                self.ev.add(&mut touched[ka].1, b.id);
+                self.ev.remove(&mut touched[kb].1, b.id);
+                self.ev.add(&mut touched[kb].1, a.id);
+                pieces[i].device = b.device;
+                pieces[j].device = a.device;
+            }
+            Change::Merge(i, j, d) => {
+                let (a, b) = (pieces[i], pieces[j]);
+                let merged = self.id(a.table, a.dim * 2, None)?;
+                let ka = set(&mut touched, a.device, &self.sets);
+                self.ev.remove(&mut touched[ka].1, a.id);
+                let kb = set(&mut touched, b.device, &self.sets);
+                self.ev.remove(&mut touched[kb].1, b.id);
+                let kd = set(&mut touched, d, &self.sets);
+                self.ev.add(&mut touched[kd].1, merged);
+                pieces[i] = RPiece { dim: a.dim * 2, device: d, id: merged, ..a };
+                pieces.remove(j);
+            }
+            Change::Split(i, d) => {
+                let p = pieces[i];
+                let half = self.id(p.table, p.dim / 2, None)?;
+                let ks = set(&mut touched, p.device, &self.sets);
+                self.ev.remove(&mut touched[ks].1, p.id);
+                self.ev.add(&mut touched[ks].1, half);
+                let kd = set(&mut touched, d, &self.sets);
+                self.ev.add(&mut touched[kd].1, half);
+                pieces[i] = RPiece { dim: p.dim / 2, id: half, ..p };
+                pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: d, id: half, ..p });
+            }
+        }
+        Ok((pieces, touched))
+    }
+}
+
+/// Refines `plan` for `task` under `ctx`'s cost model; returns the refined plan and the counters.
+pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineConfig) -> Result<(Plan, SearchStats)> {
+    let watch = ctx.stopwatch();
+    let n_dev = task.devices.count();
+    let mut ev = Evaluator::new(task, ctx.cost_model, config.definition, config.set_cache);
+    let want: Vec<(usize, u32, u64)> =
+        plan.pieces().iter().map(|p| (p.table_id, p.dim, p.row_count(task.tables[p.table_id].rows))).collect();
+    let ids = ev.register(&want)?;
+    let mut sets = vec![ev.empty_set(); n_dev];
+    let mut pieces = Vec::with_capacity(ids.len());
+    for (p, &id) in plan.pieces().iter().zip(&ids) {
+        ev.add(&mut sets[p.device], id);
+        pieces.push(RPiece { table: p.table_id, off: p.col_offset, dim: p.dim, rows: p.rows, device: p.device, id });
+    }
+    let mut compute = Vec::with_capacity(n_dev);
+    for s in &sets {
+        compute.push(ev.set_cost(s)?);
+    }
+    let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
+    let cost_ms = ev.plan_cost(&compute, &dims)?;
+    let overflow = ev.overflow(&sets);
+    let mut st = State { ev, pieces, sets, compute, cost_ms, overflow };
+    let mut rng = ChaCha8Rng::seed_from_u64(ctx.seed);
+    let mut evaluations = 0u64;
+    let mut accepted = 0usize;
+    'search: while accepted < config.max_passes {
+        let progress = Progress {
+            planner: "refine",
+            step: accepted,
+            max_steps: config.max_passes,
+            best_cost_ms: (st.overflow == 0).then_some(st.cost_ms),
+        };
+        if !watch.report(progress) {
+            st.ev.stats.stopped_early = true;
+            break;
+        }
+        let mut changes = st.changes();
+        changes.shuffle(&mut rng);
+        let mut improved = false;
+        for c in changes {
+            if evaluations >= config.max_evaluations {
+                break 'search;
+            }
+            evaluations += 1;
+            if evaluations.is_multiple_of(256) && watch.out_of_time() {
+                st.ev.stats.stopped_early = true;
+                break 'search;
+            }
+            let (pieces, touched) = st.apply(c)?;
+            let caps = task.devices.mem_cap_bytes();
+            let over = |d: usize, s: &DeviceSet| s.bytes.saturating_sub(caps[d]);
+            let overflow = touched.iter().fold(st.overflow, |o, (d, s)| o - over(*d, &st.sets[*d]) + over(*d, s));
+            if overflow > st.overflow {
+                continue;
+            }
+            let mut compute = st.compute.clone();
+            let mut dims: Vec<u64> = st.sets.iter().map(|s| s.dims).collect();
+            for (d, s) in &touched {
+                compute[*d] = st.ev.set_cost(s)?;
+                dims[*d] = s.dims;
+            }
+            let cost_ms = st.ev.plan_cost(&compute, &dims)?;
+            let better = overflow < st.overflow || cost_ms < st.cost_ms - 1e-9 * st.cost_ms.abs().max(1.0);
+            if better {
+                for (d, s) in touched {
+                    st.sets[d] = s;
+                }
+                st.pieces = pieces;
+                st.compute = compute;
+                st.cost_ms = cost_ms;
+                st.overflow = overflow;
+                accepted += 1;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    st.ev.stats.rounds = accepted as u64;
+    let out: Vec<Piece> = st
+        .pieces
+        .iter()
+        .map(|p| match p.rows {
+            Some(r) => Piece::row_range(p.table, p.dim, p.device, r.offset, r.count),
+            None => Piece::cols(p.table, p.off, p.dim, p.device),
+        })
+        .collect();
+    Ok((Plan::new(task, out)?, st.ev.stats))
+}
+
+/// Any planner followed by [`refine`].
+pub struct Refined {
+    name: &'static str,
+    inner: Box<dyn Planner>,
+    /// Limits of the refinement.
+    pub config: RefineConfig,
+    stats: StatsCell,
+}
+
+impl Refined {
+    /// `inner`, then refinement, registered as `name`.
+    #[must_use]
+    pub fn new(name: &'static str, inner: Box<dyn Planner>) -> Self {
+        Self { name, inner, config: RefineConfig::default(), stats: StatsCell::default() }
+    }
+}
+
+impl Planner for Refined {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        let first = self.inner.plan(task, ctx)?;
+        let (plan, mut stats) = refine(task, &first, ctx, &self.config)?;
+        if let Some(inner) = self.inner.last_stats() {
+            stats.set_cache_hits += inner.set_cache_hits;
+            stats.set_cache_misses += inner.set_cache_misses;
+            stats.plan_evaluations += inner.plan_evaluations;
+            stats.plan_memo_hits += inner.plan_memo_hits;
+            stats.grid_searches += inner.grid_searches;
+            stats.stopped_early |= inner.stopped_early;
+        }
+        self.stats.set(stats);
+        Ok(plan)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
+    }
+}

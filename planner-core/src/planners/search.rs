@@ -1,0 +1,289 @@
+//! The evaluation machinery searches share (NeuroShard, refinement, the exact search): distinct
+//! pieces priced once, device sets as sorted piece ids plus a fixed-point vector sum, a set-cost cache
+//! keyed by the multiset of pieces, and a memo of comm evaluations.
+//!
+//! With a model that offers [`IncrementalCompute`], a set's compute is the head over the sum of its
+//! pieces' vectors: pricing "set + one piece" costs one vector addition and one head evaluation. With
+//! any other model the set is handed to [`CostModel::compute_ms`], and the cache is what keeps the
+//! search affordable. Either way the cost of a set depends only on its multiset of pieces, so turning
+//! the cache off changes speed, never a result.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::SearchStats;
+use crate::cost::incremental::{add_into, to_fixed};
+use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef};
+use crate::error::{Error, Result};
+use crate::task::Task;
+
+/// A small multiplicative hasher for integer keys (the std `SipHash` costs more than a head call).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct MixHasher(u64);
+
+impl MixHasher {
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for MixHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+
+/// A distinct piece as the cost model sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PieceInfo {
+    pub table: usize,
+    pub dim: u32,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// The pieces on one device: sorted ids, their vector sum (incremental models), bytes and dim sum.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeviceSet {
+    pub ids: Vec<u32>,
+    pub sum: Vec<i64>,
+    pub bytes: u64,
+    pub dims: u64,
+}
+
+/// Prices sets and plans for one task under one model.
+pub(crate) struct Evaluator<'a> {
+    pub task: &'a Task,
+    model: &'a dyn CostModel,
+    inc: Option<&'a dyn IncrementalCompute>,
+    width: usize,
+    definition: CostDefinition,
+    index: FastMap<(usize, u32, u64), u32>,
+    pub pieces: Vec<PieceInfo>,
+    vectors: Vec<i64>,
+    use_cache: bool,
+    set_cache: FastMap<Vec<u32>, f64>,
+    comm_memo: FastMap<Vec<u64>, f64>,
+    key: Vec<u32>,
+    sum: Vec<i64>,
+    pub stats: SearchStats,
+}
+
+impl<'a> Evaluator<'a> {
+    pub fn new(task: &'a Task, model: &'a dyn CostModel, definition: CostDefinition, use_cache: bool) -> Self {
+        let inc = model.incremental().filter(|i| i.vector_len() > 0);
+        let width = inc.map_or(0, IncrementalCompute::vector_len);
+        Self {
+            task,
+            model,
+            inc,
+            width,
+            definition,
+            index: FastMap::default(),
+            pieces: Vec::new(),
+            vectors: Vec::new(),
+            use_cache,
+            set_cache: FastMap::default(),
+            comm_memo: FastMap::default(),
+            key: Vec::new(),
+            sum: vec![0; width],
+            stats: SearchStats::default(),
+        }
+    }
+
+    /// Number of devices.
+    pub fn devices(&self) -> usize {
+        self.task.devices.count()
+    }
+
+    /// Registers pieces `(table, dim, rows)` not seen yet (one batched model call) and returns the ids of all.
+    pub fn register(&mut self, wanted: &[(usize, u32, u64)]) -> Result<Vec<u32>> {
+        let mut new: Vec<(usize, u32, u64)> = Vec::new();
+        for w in wanted {
+            if !self.index.contains_key(w) && !new.contains(w) {
+                new.push(*w);
+            }
+        }
+        if !new.is_empty() {
+            if let Some(inc) = self.inc {
+                let refs: Vec<PieceRef<'_>> = new
+                    .iter()
+                    .map(|&(t, dim, rows)| PieceRef { table: &self.task.tables[t], dim, rows })
+                    .collect();
+                let v = inc.piece_vectors(&refs)?;
+                if v.len() != new.len() * self.width {
+                    return Err(Error::CostModel {
+                        model: self.model.name(),
+                        message: format!("{} piece vector values for {} pieces of width {}", v.len(), new.len(), self.width),
+                    });
+                }
+                let name = self.model.name();
+                for x in v {
+                    self.vectors.push(to_fixed(&name, x)?);
+                }
+            }
+            for &(t, dim, rows) in &new {
+                let id = self.pieces.len() as u32;
+                let bytes = self.task.tables[t].block_bytes(rows, dim);
+                self.pieces.push(PieceInfo { table: t, dim, rows, bytes });
+                self.index.insert((t, dim, rows), id);
+                self.stats.pieces += 1;
+            }
+        }
+        Ok(wanted.iter().map(|w| self.index.get(w).copied().unwrap_or(0)).collect())
+    }
+
+    fn vector(&self, id: u32) -> &[i64] {
+        let i = id as usize * self.width;
+        &self.vectors[i..i + self.width]
+    }
+
+    /// An empty device set.
+    pub fn empty_set(&self) -> DeviceSet {
+        DeviceSet { ids: Vec::new(), sum: vec![0; self.width], bytes: 0, dims: 0 }
+    }
+
+    /// Adds piece `id` to `set`.
+    pub fn add(&self, set: &mut DeviceSet, id: u32) {
+        let pos = set.ids.partition_point(|&x| x <= id);
+        set.ids.insert(pos, id);
+        if self.width > 0 {
+            add_into(&mut set.sum, self.vector(id));
+        }
+        let p = &self.pieces[id as usize];
+        set.bytes += p.bytes;
+        set.dims += u64::from(p.dim);
+    }
+
+    /// Removes one piece `id` from `set` (no-op if absent).
+    pub fn remove(&self, set: &mut DeviceSet, id: u32) {
+        if let Some(pos) = set.ids.iter().position(|&x| x == id) {
+            set.ids.remove(pos);
+            if self.width > 0 {
+                crate::cost::incremental::sub_from(&mut set.sum, self.vector(id));
+            }
+            let p = &self.pieces[id as usize];
+            set.bytes -= p.bytes;
+            set.dims -= u64::from(p.dim);
+        }
+    }
+
+    /// Compute of the set `ids` (sorted) whose vector sum is in `self.sum` when incremental.
+    fn compute_key(&mut self) -> Result<f64> {
+        if self.use_cache
+            && let Some(&c) = self.set_cache.get(self.key.as_slice())
+        {
+            self.stats.set_cache_hits += 1;
+            return Ok(c);
+        }
+        self.stats.set_cache_misses += 1;
+        let c = match self.inc {
+            Some(inc) => inc.head_ms(&self.sum),
+            None => {
+                let refs: Vec<PieceRef<'_>> = self
+                    .key
+                    .iter()
+                    .map(|&id| {
+                        let p = &self.pieces[id as usize];
+                        PieceRef { table: &self.task.tables[p.table], dim: p.dim, rows: p.rows }
+                    })
+                    .collect();
+                self.model.compute_ms(&refs)?
+            }
+        };
+        if self.use_cache {
+            self.set_cache.insert(self.key.clone(), c);
+        }
+        Ok(c)
+    }
+
+    /// Compute of `set`.
+    pub fn set_cost(&mut self, set: &DeviceSet) -> Result<f64> {
+        self.key.clear();
+        self.key.extend_from_slice(&set.ids);
+        if self.width > 0 {
+            self.sum.copy_from_slice(&set.sum);
+        }
+        self.compute_key()
+    }
+
+    /// Compute of `set` plus piece `extra`.
+    pub fn set_cost_with(&mut self, set: &DeviceSet, extra: u32) -> Result<f64> {
+        self.key.clear();
+        let pos = set.ids.partition_point(|&x| x <= extra);
+        self.key.extend_from_slice(&set.ids[..pos]);
+        self.key.push(extra);
+        self.key.extend_from_slice(&set.ids[pos..]);
+        if self.width > 0 {
+            let i = extra as usize * self.width;
+            for ((s, a), b) in self.sum.iter_mut().zip(&set.sum).zip(&self.vectors[i..i + self.width]) {
+                *s = a + b;
+            }
+        }
+        self.compute_key()
+    }
+
+    /// Compute of the single piece `id`.
+    pub fn single_cost(&mut self, id: u32) -> Result<f64> {
+        let set = self.empty_set();
+        self.set_cost_with(&set, id)
+    }
+
+    /// The plan's cost from per-device compute and dim sums (SPEC section 1, this evaluator's definition).
+    pub fn plan_cost(&mut self, compute: &[f64], dims: &[u64]) -> Result<f64> {
+        self.stats.plan_evaluations += 1;
+        let key: Vec<u64> = compute.iter().map(|c| c.to_bits()).chain(dims.iter().copied()).collect();
+        if let Some(&c) = self.comm_memo.get(&key) {
+            self.stats.plan_memo_hits += 1;
+            return Ok(c);
+        }
+        let n = compute.len();
+        let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
+        let bw = self.model.bw_comm_ms(&dims_f)?;
+        let delays: Vec<f64> = match self.definition {
+            CostDefinition::NeuroShard => {
+                let start: Vec<f64> = (0..n).map(|r| compute[r] + bw.get(r).copied().unwrap_or(0.0)).collect();
+                let min = start.iter().copied().fold(f64::INFINITY, f64::min);
+                start.iter().map(|s| s - min).collect()
+            }
+            CostDefinition::FourPhase => vec![0.0; n],
+        };
+        let fw = self.model.fw_comm_ms(&dims_f, &delays)?;
+        if bw.len() != n || fw.len() != n || bw.iter().chain(&fw).any(|v| !v.is_finite()) {
+            return Err(Error::CostModel {
+                model: self.model.name(),
+                message: format!("comm returned {} and {} values for {n} devices (or non-finite ones)", bw.len(), fw.len()),
+            });
+        }
+        let cost = (0..n).map(|r| compute[r] + bw[r] + fw[r]).fold(f64::NEG_INFINITY, f64::max);
+        self.comm_memo.insert(key, cost);
+        Ok(cost)
+    }
+
+    /// Bytes over the caps, summed over devices.
+    pub fn overflow(&self, sets: &[DeviceSet]) -> u64 {
+        sets.iter().zip(self.task.devices.mem_cap_bytes()).map(|(s, &c)| s.bytes.saturating_sub(c)).sum()
+    }
+}

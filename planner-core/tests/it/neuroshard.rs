@@ -1,0 +1,285 @@
+//! NeuroShard, refinement, the native head, the lower bound and the exact search. Tasks are few and
+//! small where a test is about validity (debug builds are slow); the paper's hyper-parameters run in
+//! `paper_defaults_never_lose_to_the_unsplit_grid_search` and `the_cache_changes_speed_not_plans`.
+
+use planner_core::bound::{ExactConfig, exact, lower_bound};
+use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, PieceRef, evaluate, profiles};
+use planner_core::planners::neuroshard::{NeuroShard, NeuroShardConfig};
+use planner_core::planners::refine::{RefineConfig, refine};
+use planner_core::planners::{PlanContext, Planner, Progress, REGISTRY};
+use planner_core::task::{Devices, SuiteSpec, Task};
+use planner_core::{Error, Plan};
+use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
+
+use super::{check_plan, table};
+
+fn small() -> NeuroShardConfig {
+    NeuroShardConfig { candidates: 3, beam_width: 2, max_rounds: 3, grid_points: 4, ..NeuroShardConfig::default() }
+}
+
+fn cost(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
+    evaluate(task, plan, model, CostDefinition::NeuroShard).unwrap().cost_ms
+}
+
+fn h100() -> Box<dyn CostModel> {
+    let preset = profiles::find("h100").unwrap().comm_fallback_hw;
+    let fallback = AnalyticalModel::new(planner_core::HardwareProfile::builtin(preset).unwrap(), 65_536).unwrap();
+    Box::new(profiles::load("h100").unwrap().with_comm_fallback(fallback))
+}
+
+/// Protocol tasks at both device counts, max dim 128 (the setting with splits).
+fn tasks() -> Vec<Task> {
+    let mut out: Vec<Task> = (0..3).map(|i| SuiteSpec::neuroshard(4, 128, 3, 11).task(i).unwrap().task).collect();
+    out.push(SuiteSpec::neuroshard(8, 64, 1, 12).task(0).unwrap().task);
+    out
+}
+
+#[test]
+fn neuroshard_returns_valid_plans_under_both_models() {
+    let models: Vec<Box<dyn CostModel>> = vec![Box::new(AnalyticalModel::default()), h100()];
+    for model in &models {
+        for task in tasks() {
+            let plan = NeuroShard::new(small()).plan(&task, &PlanContext::new(model.as_ref(), 0)).unwrap();
+            check_plan(&task, &plan, model.as_ref(), false);
+        }
+    }
+}
+
+#[test]
+fn paper_defaults_never_lose_to_the_unsplit_grid_search() {
+    // The beam starts from the unsplit state and keeps the best plan seen, so more rounds never hurt.
+    let model = h100();
+    let task = SuiteSpec::neuroshard(4, 128, 1, 3).task(0).unwrap().task;
+    let ctx = PlanContext::new(model.as_ref(), 0);
+    let (full, stats) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
+    let unsplit = NeuroShard::new(NeuroShardConfig { max_rounds: 0, ..NeuroShardConfig::default() })
+        .plan(&task, &ctx)
+        .unwrap();
+    check_plan(&task, &full, model.as_ref(), false);
+    assert_eq!(unsplit.split_tables(), 0);
+    assert!(cost(&task, &full, model.as_ref()) <= cost(&task, &unsplit, model.as_ref()) + 1e-9);
+    assert!(stats.rounds > 0 && stats.grid_searches > 1, "{stats:?}");
+    assert!(stats.hit_rate() > 0.5, "{stats:?}");
+}
+
+#[test]
+fn the_cache_changes_speed_not_plans() {
+    let models: Vec<Box<dyn CostModel>> = vec![Box::new(AnalyticalModel::default()), h100()];
+    let task = SuiteSpec::neuroshard(4, 128, 1, 21).task(0).unwrap().task;
+    for model in &models {
+        let ctx = PlanContext::new(model.as_ref(), 0);
+        let (on, s_on) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
+        let off_cfg = NeuroShardConfig { set_cache: false, ..NeuroShardConfig::default() };
+        let (off, s_off) = NeuroShard::new(off_cfg).plan_with_stats(&task, &ctx).unwrap();
+        assert_eq!(on, off, "{}", model.name());
+        assert!(s_on.set_cache_hits > 0 && s_off.set_cache_hits == 0);
+        assert!(s_off.set_cache_misses > s_on.set_cache_misses);
+    }
+}
+
+/// Four 1 GiB devices; `big` holds 1.5 GiB (dim 128), so it must be split to fit anywhere.
+fn oversized_task(big_rows: u64) -> Task {
+    let mut tables = vec![table("big", big_rows, 128, 20.0)];
+    for i in 0..6 {
+        tables.push(table(&format!("s{i}"), 100_000 + 10_000 * i, 32, 5.0 + i as f64));
+    }
+    Task::new(tables, Devices::uniform(4, 1 << 30).unwrap()).unwrap()
+}
+
+#[test]
+fn a_table_larger_than_any_device_gets_split() {
+    let task = oversized_task(3 << 20); // 3·2^20 rows · 128 · 4 B = 1.5 GiB
+    let model = AnalyticalModel::default();
+    let ctx = PlanContext::new(&model, 0);
+    // The seed baselines cannot place it.
+    let greedy = planner_core::planners::planner("size").unwrap().build();
+    assert!(matches!(greedy.plan(&task, &ctx), Err(Error::NoFit { .. })));
+    for config in [small(), NeuroShardConfig::default()] {
+        let plan = NeuroShard::new(config).plan(&task, &ctx).unwrap();
+        check_plan(&task, &plan, &model, false);
+        assert!(plan.pieces().iter().filter(|p| p.table_id == 0).count() >= 2);
+    }
+    // Refinement keeps it fitting (it may not merge the halves back).
+    let plan = NeuroShard::new(small()).plan(&task, &ctx).unwrap();
+    let (refined, _) = refine(&task, &plan, &ctx, &RefineConfig::default()).unwrap();
+    check_plan(&task, &refined, &model, false);
+}
+
+#[test]
+fn no_split_makes_an_impossible_table_fit() {
+    // 6 GiB at dim 8: its smallest pieces (dim 4, 3 GiB) still exceed every 1 GiB device.
+    let mut tables = vec![table("huge", 3 << 27, 8, 1.0)];
+    tables.push(table("small", 1000, 8, 1.0));
+    let task = Task::new(tables, Devices::uniform(8, 1 << 30).unwrap()).unwrap();
+    let model = AnalyticalModel::default();
+    let err = NeuroShard::default().plan(&task, &PlanContext::new(&model, 0));
+    assert!(matches!(err, Err(Error::NoFit { ref table, .. }) if table == "huge"), "{err:?}");
+}
+
+#[test]
+fn the_budget_and_the_callback_stop_the_search_with_a_plan() {
+    let model = AnalyticalModel::default();
+    let task = SuiteSpec::neuroshard(4, 128, 1, 5).task(0).unwrap().task;
+    let stop = |p: Progress| p.step < 1;
+    let ctx = PlanContext::new(&model, 0).with_progress(&stop);
+    let (plan, stats) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
+    check_plan(&task, &plan, &model, false);
+    assert!(stats.stopped_early && stats.rounds == 1, "{stats:?}");
+    // A clock that has always run out: only the unsplit grid search runs.
+    let clock = std::cell::Cell::new(0.0);
+    let tick = || {
+        clock.set(clock.get() + 1000.0);
+        clock.get()
+    };
+    let ctx = PlanContext::new(&model, 0).with_budget(&tick, 10.0);
+    let (plan, stats) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
+    check_plan(&task, &plan, &model, false);
+    assert!(stats.stopped_early && stats.rounds == 0, "{stats:?}");
+}
+
+#[test]
+fn native_head_equals_tract() {
+    let model = profiles::load("h100").unwrap();
+    let native = model.native_head().expect("the h100 head is a dense chain");
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let rows: Vec<[f32; 32]> = (0..256).map(|_| std::array::from_fn(|_| rng.random_range(-4.0f32..4.0))).collect();
+    let tract = model.head_ms(&rows).unwrap();
+    for (x, t) in rows.iter().zip(&tract) {
+        let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let n = native.forward(&xs)[0].max(0.0);
+        assert!((n - t).abs() <= 1e-5 * t.abs().max(1e-2), "native {n} vs tract {t}");
+    }
+    // The set costs the model reports (native head over fixed-point sums) equal tract's head over
+    // the f32 sum of the encoder's embeddings.
+    let task = SuiteSpec::neuroshard(4, 128, 1, 2).task(0).unwrap().task;
+    let set: Vec<PieceRef<'_>> = task.tables.iter().take(9).map(|t| PieceRef::whole(t, t.dim)).collect();
+    let emb = model.embed(&set).unwrap();
+    let mut sum = [0.0f32; 32];
+    for e in &emb {
+        for (s, v) in sum.iter_mut().zip(e) {
+            *s += v;
+        }
+    }
+    let via_tract = model.head_ms(&[sum]).unwrap()[0];
+    let reported = model.compute_ms(&set).unwrap();
+    assert!((reported - via_tract).abs() <= 1e-5 * via_tract.abs().max(1e-2), "{reported} vs {via_tract}");
+}
+
+#[test]
+fn refine_never_worsens_and_keeps_plans_valid() {
+    let models: Vec<Box<dyn CostModel>> = vec![Box::new(AnalyticalModel::default()), h100()];
+    for model in &models {
+        for (k, task) in tasks().into_iter().enumerate().take(3) {
+            let ctx = PlanContext::new(model.as_ref(), k as u64);
+            for name in ["random", "size-lookup", "dim"] {
+                let plan = planner_core::planners::planner(name).unwrap().build().plan(&task, &ctx).unwrap();
+                let before = evaluate(&task, &plan, model.as_ref(), CostDefinition::NeuroShard).unwrap();
+                let config = RefineConfig { max_passes: 40, ..RefineConfig::default() };
+                let (refined, _) = refine(&task, &plan, &ctx, &config).unwrap();
+                let after = evaluate(&task, &refined, model.as_ref(), CostDefinition::NeuroShard).unwrap();
+                check_plan(&task, &refined, model.as_ref(), !before.feasible);
+                if before.feasible {
+                    assert!(after.feasible);
+                    assert!(after.cost_ms <= before.cost_ms + 1e-6, "{name}: {} -> {}", before.cost_ms, after.cost_ms);
+                }
+            }
+        }
+    }
+}
+
+/// Every registry planner's plan on `task`, with the fast configs where the registry's would be slow.
+fn all_plans(task: &Task, model: &dyn CostModel) -> Vec<(String, Plan)> {
+    let ctx = PlanContext::new(model, 0);
+    let mut out = Vec::new();
+    for entry in REGISTRY {
+        if entry.name.starts_with("neuroshard") {
+            continue;
+        }
+        if let Ok(p) = entry.build().plan(task, &ctx) {
+            out.push((entry.name.to_string(), p));
+        }
+    }
+    out.push(("neuroshard(small)".into(), NeuroShard::new(small()).plan(task, &ctx).unwrap()));
+    out
+}
+
+#[test]
+fn no_plan_beats_the_lower_bound_under_the_analytical_model() {
+    let model = AnalyticalModel::default();
+    for task in tasks().into_iter().take(3) {
+        let bound = lower_bound(&task, &model).unwrap();
+        assert!(bound.proven && bound.work_bound_ms.is_some());
+        for (name, plan) in all_plans(&task, &model) {
+            let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+            // Row-wise plans are outside the bounded space (module doc of `bound`).
+            if !report.feasible || plan.row_split_tables() > 0 {
+                continue;
+            }
+            assert!(report.cost_ms >= bound.cost_ms - 1e-9, "{name}: {} < bound {}", report.cost_ms, bound.cost_ms);
+        }
+    }
+}
+
+/// A tiny task: `n` pool-like tables on `d` devices with `cap` bytes each.
+fn tiny(seed: u64, n: usize, d: usize, cap: u64) -> Task {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let tables = (0..n)
+        .map(|i| {
+            let dim = [8, 16, 32, 64][rng.random_range(0..4)];
+            table(&format!("t{i}"), rng.random_range(1_000..2_000_000), dim, rng.random_range(0.5..40.0))
+        })
+        .collect();
+    Task::new(tables, Devices::uniform(d, cap).unwrap()).unwrap()
+}
+
+fn brute_force(task: &Task, model: &dyn CostModel) -> f64 {
+    let (n, d) = (task.tables.len(), task.devices.count());
+    let mut best = f64::INFINITY;
+    for code in 0..d.pow(n as u32) {
+        let devices: Vec<usize> = (0..n).map(|t| code / d.pow(t as u32) % d).collect();
+        let plan = Plan::unsplit(task, &devices).unwrap();
+        let r = evaluate(task, &plan, model, CostDefinition::NeuroShard).unwrap();
+        if r.feasible {
+            best = best.min(r.cost_ms);
+        }
+    }
+    best
+}
+
+/// Whether every table of `plan` is cut into equal pieces at most `depth` halvings deep.
+fn equal_halvings(task: &Task, plan: &Plan, depth: u32) -> bool {
+    task.tables.iter().enumerate().all(|(t, table)| {
+        let dims: Vec<u32> = plan.pieces().iter().filter(|p| p.table_id == t).map(|p| p.dim).collect();
+        dims.iter().all(|&w| w == dims[0] && p2_level(table.dim / w) <= depth) && plan.row_split_tables() == 0
+    })
+}
+
+fn p2_level(x: u32) -> u32 {
+    if x.is_power_of_two() { x.trailing_zeros() } else { u32::MAX }
+}
+
+#[test]
+fn exact_search_is_optimal_on_tiny_tasks() {
+    let model = AnalyticalModel::default();
+    for (seed, cap) in [(1, 1u64 << 30), (2, 12 << 20), (3, 20 << 20)] {
+        let task = tiny(seed, 6, 3, cap);
+        let bound = lower_bound(&task, &model).unwrap();
+        let flat = exact(&task, &model, &ExactConfig::default()).unwrap();
+        assert!(flat.complete);
+        let brute = brute_force(&task, &model);
+        assert!((flat.cost_ms - brute).abs() <= 1e-6 * brute, "exact {} vs brute force {brute}", flat.cost_ms);
+        assert!((cost(&task, &flat.plan, &model) - flat.cost_ms).abs() <= 1e-6 * brute);
+        assert!(flat.cost_ms >= bound.cost_ms - 1e-9);
+        let deep = exact(&task, &model, &ExactConfig { max_split_depth: 1, ..ExactConfig::default() }).unwrap();
+        assert!(deep.cost_ms <= flat.cost_ms + 1e-12);
+        for (name, plan) in all_plans(&task, &model) {
+            let r = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+            if r.feasible && equal_halvings(&task, &plan, 1) {
+                assert!(deep.cost_ms <= r.cost_ms + 1e-9, "{name}: {} < exact {}", r.cost_ms, deep.cost_ms);
+            }
+            if r.feasible && equal_halvings(&task, &plan, 0) {
+                assert!(flat.cost_ms <= r.cost_ms + 1e-9, "{name}: {} < exact {}", r.cost_ms, flat.cost_ms);
+            }
+        }
+    }
+}
