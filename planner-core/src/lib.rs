@@ -29,6 +29,7 @@ pub mod pool;
 pub mod table;
 pub mod task;
 pub mod units;
+pub mod whatif;
 
 pub use cost::{
     AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef, PlanReport, evaluate,
