@@ -114,7 +114,7 @@ pub fn split_piece(task: &Task, plan: &Plan, table_id: usize, col_offset: u32) -
     let i = find_piece(task, plan, ctx, table_id, col_offset)?;
     let p = plan.pieces()[i];
     let half = p.dim / 2;
-    if p.dim % 2 != 0 || half % 4 != 0 || half == 0 {
+    if !p.dim.is_multiple_of(2) || !half.is_multiple_of(4) || half == 0 {
         return Err(Error::field(
             format!("{ctx} of table `{}`", task.tables[table_id].name),
             "dim",
@@ -140,7 +140,7 @@ pub fn merge_piece(task: &Task, plan: &Plan, table_id: usize, col_offset: u32) -
     }
     // Pieces are aligned to their size, so the other half of [o, o + d) starts at o + d when o / d is
     // even and at o - d when it is odd.
-    let lower = p.col_offset / p.dim % 2 == 0;
+    let lower = (p.col_offset / p.dim).is_multiple_of(2);
     let other_offset = if lower { p.col_offset + p.dim } else { p.col_offset - p.dim };
     let Some(j) = plan.pieces().iter().position(|q| q.table_id == table_id && q.col_offset == other_offset) else {
         return Err(Error::InvalidPlan(format!("table `{}` has no piece at column {other_offset}", table.name)));
