@@ -162,7 +162,18 @@ pub struct PlanRequest {
     /// Cost model (default: analytical, TorchRec bandwidths, NeuroShard definition).
     #[serde(default)]
     pub model: ModelOptions,
+    /// Run the planner this many times (1..=10,000, default 1) and report the mean time per run:
+    /// browsers round `performance.now()` to 0.1 ms, coarser than a fast planner's run.
+    #[serde(default = "one")]
+    pub repeat: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// Most runs [`PlanRequest::repeat`] allows.
+pub const MAX_REPEAT: u32 = 10_000;
 
 /// A plan and how long the planner took.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -179,9 +190,15 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
     let model = req.model.build()?;
     let planner = entry.build();
     let ctx = PlanContext { cost_model: model.as_ref(), seed: req.seed };
+    if !(1..=MAX_REPEAT).contains(&req.repeat) {
+        return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
+    }
     let start = now_ms();
-    let plan = planner.plan(&req.task, &ctx)?;
-    let planning_ms = now_ms() - start;
+    let mut plan = planner.plan(&req.task, &ctx)?;
+    for _ in 1..req.repeat {
+        plan = planner.plan(&req.task, &ctx)?;
+    }
+    let planning_ms = (now_ms() - start) / f64::from(req.repeat);
     let report = planner_core::evaluate(&req.task, &plan, model.as_ref(), req.model.definition)?;
     Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, req.task.clone(), &plan, report), planning_ms })
 }
@@ -242,11 +259,21 @@ mod tests {
 
     #[test]
     fn plan_evaluate_and_edit_agree() {
-        let req =
-            PlanRequest { task: sample(), planner: "size-lookup".into(), seed: 0, model: ModelOptions::default() };
+        let req = PlanRequest {
+            task: sample(),
+            planner: "size-lookup".into(),
+            seed: 0,
+            model: ModelOptions::default(),
+            repeat: 1,
+        };
         let ticks = std::cell::Cell::new(1.0);
         let out = plan(&req, || ticks.replace(3.5)).unwrap();
         assert_eq!(out.planning_ms, 2.5);
+        let ticks = std::cell::Cell::new(1.0);
+        let five = plan(&PlanRequest { repeat: 5, ..req.clone() }, || ticks.replace(11.0)).unwrap();
+        assert_eq!((five.planning_ms, &five.document), (2.0, &out.document));
+        let e = plan(&PlanRequest { repeat: 0, ..req.clone() }, || 0.0).unwrap_err().to_string();
+        assert!(e.contains("`repeat` = 0"), "{e}");
         let doc = out.document;
         assert_eq!(doc.schema, PLAN_SCHEMA);
         assert!(doc.report.cost_ms > 0.0 && doc.report.feasible);
@@ -267,7 +294,8 @@ mod tests {
 
     #[test]
     fn refusals_name_what_is_wrong() {
-        let req = PlanRequest { task: sample(), planner: "magic".into(), seed: 0, model: ModelOptions::default() };
+        let req =
+            PlanRequest { task: sample(), planner: "magic".into(), seed: 0, model: ModelOptions::default(), repeat: 1 };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
         let bad_hw = ModelOptions { hw: "tpu".into(), ..ModelOptions::default() };
         assert!(bad_hw.build().err().unwrap().to_string().contains("\"tpu\""));

@@ -106,8 +106,9 @@ pub fn parse_tables(text: &str, format: &str, default_dim: Option<u32>) -> Resul
     to_js(&core(api::parse_tables(text, format, default_dim))?)
 }
 
-/// Plans a task: `{task, planner, seed?, model?}` → `{document, planning_ms}`, where `document` is a
-/// `shardplan.plan/v1` plan with its report.
+/// Plans a task: `{task, planner, seed?, model?, repeat?}` → `{document, planning_ms}`, where
+/// `document` is a `shardplan.plan/v1` plan with its report and `planning_ms` the planner call's time
+/// (the mean over `repeat` runs).
 #[wasm_bindgen]
 pub fn plan(request: &JsValue) -> Result<JsValue, JsError> {
     init();
