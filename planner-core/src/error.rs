@@ -39,6 +39,14 @@ pub enum Error {
         /// The most free memory left on any device when it was placed.
         best_free_bytes: u64,
     },
+    /// A planner found no plan that fits (e.g. TorchRec's planner after trying all its proposals).
+    #[error("planner `{planner}` found no plan: {reason}")]
+    NoPlan {
+        /// The planner's name.
+        planner: String,
+        /// Why, with the numbers that decided it.
+        reason: String,
+    },
     /// A plan does not describe the task it claims to plan.
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
@@ -65,6 +73,18 @@ pub enum Error {
         model: String,
         /// What went wrong.
         message: String,
+    },
+    /// A trained model does not match what this build computes (schema, features, shapes).
+    #[error("model `{model}` does not match this build: {what}: expected {expected}, found {found}")]
+    ModelSchemaMismatch {
+        /// The model's name.
+        model: String,
+        /// What differs.
+        what: String,
+        /// What this build needs.
+        expected: String,
+        /// What the model has.
+        found: String,
     },
     /// A task sampler could not produce a task under its constraints.
     #[error("task sampling failed: {0}")]

@@ -1,5 +1,6 @@
-//! Parsing table lists from bytes: the shared CSV format and our JSON format (both documented in
-//! `docs/FORMATS.md`). Two stages: raw records, then validated [`TableSpec`]s.
+//! Parsing table lists from bytes: the shared CSV format, our JSON format and TorchRec-style JSON
+//! table definitions (all documented in `docs/FORMATS.md`). Two stages: raw records, then validated
+//! [`TableSpec`]s.
 
 use serde::Deserialize;
 
@@ -123,15 +124,105 @@ enum TablesJson {
     Object { tables: Vec<serde_json::Value> },
 }
 
-/// Parses a tables JSON document (see [`TableInput`] for the record fields).
-pub fn parse_tables_json(text: &str) -> Result<Vec<TableSpec>> {
+/// A TorchRec-style table definition: `EmbeddingBagConfig`'s fields plus the pooling factor that
+/// TorchRec's `ParameterConstraints(pooling_factors=[...])` would carry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorchRecTableInput {
+    /// Table name.
+    pub name: String,
+    /// Rows.
+    pub num_embeddings: u64,
+    /// Columns.
+    pub embedding_dim: u32,
+    /// Features looked up in the table (at least one).
+    pub feature_names: Vec<String>,
+    /// Mean lookups per sample.
+    pub pooling_factor: f64,
+    /// TorchRec `DataType` name: `FP32` (default), `FP16` or `INT8`.
+    #[serde(default)]
+    pub data_type: Option<String>,
+}
+
+impl TorchRecTableInput {
+    /// Validates the record; `index` is its position in the input.
+    pub fn validate(self, index: usize) -> Result<TableSpec> {
+        let context = format!("TorchRec table {index} (`{}`)", self.name);
+        if self.feature_names.is_empty() || self.feature_names.iter().any(|f| f.trim().is_empty()) {
+            return Err(Error::field(
+                &context,
+                "feature_names",
+                format!("{:?}", self.feature_names),
+                "a non-empty list of non-empty names",
+            ));
+        }
+        let dtype = match self.data_type.as_deref() {
+            None => ElementType::Fp32,
+            Some(d) => ElementType::parse(&context, "data_type", d)?,
+        };
+        let bins = bins_from_slice(&context, None, self.pooling_factor)?;
+        TableSpec::new(
+            &context,
+            self.name,
+            self.num_embeddings,
+            self.embedding_dim,
+            self.pooling_factor,
+            bins,
+            dtype,
+            OptimizerState::None,
+        )
+        .map_err(|e| match e {
+            // Name the fields as the user wrote them.
+            Error::InvalidField { context, field, value, allowed } => Error::InvalidField {
+                context,
+                field: match field.as_str() {
+                    "rows" => "num_embeddings".into(),
+                    "dim" => "embedding_dim".into(),
+                    _ => field,
+                },
+                value,
+                allowed,
+            },
+            e => e,
+        })
+    }
+}
+
+/// Parses TorchRec-style table definitions: a list (or `{"tables": [...]}`) of
+/// `{name, num_embeddings, embedding_dim, feature_names, pooling_factor[, data_type]}`.
+pub fn parse_torchrec_tables_json(text: &str) -> Result<Vec<TableSpec>> {
+    let tables = json_records(text)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let input: TorchRecTableInput = serde_json::from_value(v).map_err(|e| Error::Parse {
+                context: format!("TorchRec tables JSON record {i}"),
+                message: e.to_string(),
+            })?;
+            input.validate(i)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_unique_names(&tables)?;
+    Ok(tables)
+}
+
+fn json_records(text: &str) -> Result<Vec<serde_json::Value>> {
     let doc: TablesJson = serde_json::from_str(text).map_err(|e| Error::Parse {
         context: "tables JSON".into(),
         message: format!("{e}; expected a list of tables or {{\"tables\": [...]}}"),
     })?;
-    let records = match doc {
+    Ok(match doc {
         TablesJson::List(v) | TablesJson::Object { tables: v } => v,
-    };
+    })
+}
+
+/// Parses a tables JSON document: our records (see [`TableInput`]), or TorchRec-style definitions
+/// ([`parse_torchrec_tables_json`]) when the first record has a `num_embeddings` field.
+pub fn parse_tables_json(text: &str) -> Result<Vec<TableSpec>> {
+    let records = json_records(text)?;
+    if records.first().and_then(|r| r.get("num_embeddings")).is_some() {
+        return parse_torchrec_tables_json(text);
+    }
     let tables = records
         .into_iter()
         .enumerate()
@@ -200,5 +291,30 @@ mod tests {
         assert_eq!(a[0].bins[0], 1.0);
         let e = err(parse_tables_json(r#"[{"rows":10,"dim":8,"pooling_factor":2,"dtype":"fp64"}]"#));
         assert!(e.contains("record 0") && e.contains("fp64"), "{e}");
+    }
+
+    #[test]
+    fn torchrec_style_definitions() {
+        let text = r#"[{"name": "user", "num_embeddings": 1000, "embedding_dim": 64, "feature_names": ["uid"],
+                        "pooling_factor": 1.5},
+                       {"name": "item", "num_embeddings": 50, "embedding_dim": 16, "feature_names": ["a", "b"],
+                        "pooling_factor": 20, "data_type": "FP16"}]"#;
+        let t = parse_tables_json(text).unwrap();
+        assert_eq!(t, parse_torchrec_tables_json(text).unwrap());
+        assert_eq!((t[0].rows, t[0].dim, t[0].pooling_factor), (1000, 64, 1.5));
+        assert_eq!(t[1].dtype, ElementType::Fp16);
+        assert_eq!(t[1].bins[0], 1.0);
+        let e = err(parse_torchrec_tables_json(
+            r#"[{"name": "x", "num_embeddings": 10, "embedding_dim": 6, "feature_names": ["f"], "pooling_factor": 1}]"#,
+        ));
+        assert!(e.contains("`embedding_dim` = 6"), "{e}");
+        let e = err(parse_tables_json(
+            r#"[{"name": "x", "num_embeddings": 10, "embedding_dim": 8, "feature_names": [], "pooling_factor": 1}]"#,
+        ));
+        assert!(e.contains("`feature_names`") && e.contains("[]"), "{e}");
+        let e = err(parse_tables_json(
+            r#"[{"name": "x", "num_embeddings": 10, "embedding_dim": 8, "feature_names": ["f"], "pooling_factors": [1]}]"#,
+        ));
+        assert!(e.contains("pooling_factors"), "{e}");
     }
 }

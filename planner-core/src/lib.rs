@@ -17,7 +17,9 @@
 //! * **Deterministic.** Seeded ChaCha8 generators, ties broken by index: the same input gives the same
 //!   plan everywhere.
 
+pub mod alis;
 pub mod cost;
+pub mod dataset;
 pub mod document;
 pub mod error;
 pub mod eval;
@@ -28,6 +30,7 @@ pub mod planners;
 pub mod pool;
 pub mod table;
 pub mod task;
+pub mod torchrec_plan;
 pub mod units;
 pub mod whatif;
 

@@ -1,12 +1,33 @@
-//! Plans: column-wise halving splits of tables and the device of every piece.
+//! Plans: how every table is split (column-wise or row-wise) and the device of every piece.
+//!
+//! A table is split along **one** axis:
+//! * **column-wise**: pieces of whole rows covering the columns `[0, dim)` contiguously, either the dim
+//!   halved k times (NeuroShard's dyadic splits, aligned to their size) or equal blocks that divide the
+//!   dim (TorchRec's column-wise blocks, e.g. 384 = 3 × 128);
+//! * **row-wise**: pieces of all columns covering the rows `[0, rows)` in contiguous, non-empty ranges
+//!   (TorchRec's row-wise sharding: each piece serves the lookups that hit its rows and produces partial
+//!   sums for the whole batch, reduced across devices).
+//!
+//! The two do not combine: TorchRec's grid sharding (row ranges of column blocks) is not modelled.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::task::Task;
 
+/// A contiguous range of rows `[offset, offset + count)` of a table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowRange {
+    /// First row.
+    pub offset: u64,
+    /// Number of rows (at least 1).
+    pub count: u64,
+}
+
 /// One piece of a table placed on a device: columns `[col_offset, col_offset + dim)` of table
-/// `table_id` (its index in the task). An unsplit table is one piece with offset 0 and its full dim.
+/// `table_id` (its index in the task), and either all its rows (`rows: None`) or the row range `rows`.
+/// An unsplit table is one piece with offset 0, its full dim and all rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Piece {
@@ -14,28 +35,57 @@ pub struct Piece {
     pub table_id: usize,
     /// First column of the piece.
     pub col_offset: u32,
-    /// Number of columns (the table's dim divided by a power of two; a multiple of 4).
+    /// Number of columns (a multiple of 4 dividing the table's dim).
     pub dim: u32,
     /// Device the piece is placed on.
     pub device: usize,
+    /// The piece's rows when the table is split row-wise; `None` (the default, and absent in JSON) = all rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowRange>,
+}
+
+impl Piece {
+    /// A piece of whole rows: columns `[col_offset, col_offset + dim)` of `table_id` on `device`.
+    #[must_use]
+    pub fn cols(table_id: usize, col_offset: u32, dim: u32, device: usize) -> Self {
+        Self { table_id, col_offset, dim, device, rows: None }
+    }
+
+    /// A row-wise piece: rows `[row_offset, row_offset + rows)` and all `dim` columns of `table_id` on `device`.
+    #[must_use]
+    pub fn row_range(table_id: usize, dim: u32, device: usize, row_offset: u64, rows: u64) -> Self {
+        Self { table_id, col_offset: 0, dim, device, rows: Some(RowRange { offset: row_offset, count: rows }) }
+    }
+
+    /// Rows held by the piece, given its table's row count.
+    #[must_use]
+    pub fn row_count(&self, table_rows: u64) -> u64 {
+        self.rows.map_or(table_rows, |r| r.count)
+    }
+
+    fn sort_key(&self) -> (usize, u64, u32) {
+        (self.table_id, self.rows.map_or(0, |r| r.offset), self.col_offset)
+    }
 }
 
 /// A sharding plan for a task. Every instance returned by [`Plan::new`] is valid for its task:
-/// each table is covered exactly once by aligned halving pieces whose dims stay multiples of 4, and
-/// every device index exists. Memory feasibility is a property of the plan's report, not of the
-/// plan: the random baseline, for one, may overfill a device.
+/// each table is covered exactly once, either by column pieces (dyadic halvings aligned to their size,
+/// or equal blocks dividing the dim; dims multiples of 4) or by row pieces (contiguous non-empty row
+/// ranges of all columns), and every device index exists. Memory feasibility is a property of the plan's
+/// report, not of the plan: the random baseline, for one, may overfill a device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pieces: Vec<Piece>,
 }
 
 impl Plan {
-    /// Validates `pieces` against `task` and builds the plan (pieces are kept sorted by table, then offset).
+    /// Validates `pieces` against `task` and builds the plan (pieces are kept sorted by table, then
+    /// row offset, then column offset). A row split into a single range covering every row is stored
+    /// as an unsplit piece (`rows: None`).
     pub fn new(task: &Task, mut pieces: Vec<Piece>) -> Result<Self> {
-        pieces.sort_unstable_by_key(|p| (p.table_id, p.col_offset));
+        pieces.sort_unstable_by_key(Piece::sort_key);
         let n_tables = task.tables.len();
         let n_dev = task.devices.count();
-        let mut next = vec![0u32; n_tables];
         for p in &pieces {
             let Some(table) = task.tables.get(p.table_id) else {
                 return Err(Error::InvalidPlan(format!(
@@ -43,35 +93,37 @@ impl Plan {
                     p.table_id
                 )));
             };
-            let name = &table.name;
             if p.device >= n_dev {
                 return Err(Error::InvalidPlan(format!(
-                    "a piece of table `{name}` is on device {} but the task has {n_dev} devices",
-                    p.device
+                    "a piece of table `{}` is on device {} but the task has {n_dev} devices",
+                    table.name, p.device
                 )));
             }
-            let halving = p.dim > 0 && table.dim % p.dim == 0 && (table.dim / p.dim).is_power_of_two();
-            if !halving || p.dim % 4 != 0 {
-                return Err(Error::InvalidPlan(format!(
-                    "table `{name}` (dim {}) has a piece of dim {}: pieces must be the dim halved k times and a multiple of 4",
-                    table.dim, p.dim
-                )));
-            }
-            if p.col_offset != next[p.table_id] || p.col_offset % p.dim != 0 {
-                return Err(Error::InvalidPlan(format!(
-                    "table `{name}`: piece at column {} (dim {}) overlaps, leaves a gap or is not aligned to its size",
-                    p.col_offset, p.dim
-                )));
-            }
-            next[p.table_id] += p.dim;
         }
-        for (t, table) in task.tables.iter().enumerate() {
-            if next[t] != table.dim {
-                return Err(Error::InvalidPlan(format!(
-                    "table `{}` has {} of its {} columns placed",
-                    table.name, next[t], table.dim
-                )));
+        let mut start = 0;
+        while start < pieces.len() {
+            let t = pieces[start].table_id;
+            let end = start + pieces[start..].iter().take_while(|p| p.table_id == t).count();
+            let group = &mut pieces[start..end];
+            if group.iter().any(|p| p.rows.is_some()) {
+                check_row_split(task, group)?;
+                if let [only] = group {
+                    only.rows = None;
+                }
+            } else {
+                check_col_split(task, group)?;
             }
+            start = end;
+        }
+        let mut covered = vec![false; n_tables];
+        for p in &pieces {
+            covered[p.table_id] = true;
+        }
+        if let Some(t) = covered.iter().position(|c| !c) {
+            return Err(Error::InvalidPlan(format!(
+                "table `{}` has 0 of its {} columns placed",
+                task.tables[t].name, task.tables[t].dim
+            )));
         }
         Ok(Self { pieces })
     }
@@ -90,12 +142,12 @@ impl Plan {
             .iter()
             .zip(devices)
             .enumerate()
-            .map(|(table_id, (t, &device))| Piece { table_id, col_offset: 0, dim: t.dim, device })
+            .map(|(table_id, (t, &device))| Piece::cols(table_id, 0, t.dim, device))
             .collect();
         Self::new(task, pieces)
     }
 
-    /// The pieces, sorted by table then column offset.
+    /// The pieces, sorted by table, then row offset, then column offset.
     #[must_use]
     pub fn pieces(&self) -> &[Piece] {
         &self.pieces
@@ -113,19 +165,105 @@ impl Plan {
         out
     }
 
-    /// Number of tables that are split into more than one piece.
+    /// Number of tables that are split into more than one piece (column-wise or row-wise).
     #[must_use]
     pub fn split_tables(&self) -> usize {
         let mut n = 0;
         let mut last = None;
-        for p in &self.pieces {
-            if p.col_offset > 0 && last != Some(p.table_id) {
+        for w in self.pieces.windows(2) {
+            if w[0].table_id == w[1].table_id && last != Some(w[0].table_id) {
                 n += 1;
-                last = Some(p.table_id);
+                last = Some(w[0].table_id);
             }
         }
         n
     }
+
+    /// Number of tables split row-wise.
+    #[must_use]
+    pub fn row_split_tables(&self) -> usize {
+        self.pieces.iter().filter(|p| p.rows.is_some_and(|r| r.offset == 0)).count()
+    }
+}
+
+/// Column pieces of one table (sorted by column offset): contiguous from 0 to the dim, each a
+/// multiple of 4 dividing the dim, and either all of one width or all dyadic halvings aligned to their size.
+fn check_col_split(task: &Task, group: &[Piece]) -> Result<()> {
+    let table = &task.tables[group[0].table_id];
+    let name = &table.name;
+    let mut next = 0u32;
+    for p in group {
+        if p.dim == 0 || !p.dim.is_multiple_of(4) || !table.dim.is_multiple_of(p.dim) {
+            return Err(Error::InvalidPlan(format!(
+                "table `{name}` (dim {}) has a piece of dim {}: pieces must be the dim halved k times (or equal blocks dividing it) and a multiple of 4",
+                table.dim, p.dim
+            )));
+        }
+        if p.col_offset != next {
+            return Err(Error::InvalidPlan(format!(
+                "table `{name}`: piece at column {} (dim {}) overlaps, leaves a gap or is not aligned to its size",
+                p.col_offset, p.dim
+            )));
+        }
+        next += p.dim;
+    }
+    if next != table.dim {
+        return Err(Error::InvalidPlan(format!("table `{name}` has {next} of its {} columns placed", table.dim)));
+    }
+    let equal_blocks = group.iter().all(|p| p.dim == group[0].dim);
+    if !equal_blocks {
+        for p in group {
+            if !(table.dim / p.dim).is_power_of_two() {
+                return Err(Error::InvalidPlan(format!(
+                    "table `{name}` (dim {}) has a piece of dim {}: pieces of different widths must be the dim halved k times",
+                    table.dim, p.dim
+                )));
+            }
+            if p.col_offset % p.dim != 0 {
+                return Err(Error::InvalidPlan(format!(
+                    "table `{name}`: piece at column {} (dim {}) overlaps, leaves a gap or is not aligned to its size",
+                    p.col_offset, p.dim
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Row pieces of one table (sorted by row offset): all columns, contiguous non-empty ranges covering every row.
+fn check_row_split(task: &Task, group: &[Piece]) -> Result<()> {
+    let table = &task.tables[group[0].table_id];
+    let name = &table.name;
+    let mut next = 0u64;
+    for p in group {
+        let Some(r) = p.rows else {
+            return Err(Error::InvalidPlan(format!(
+                "table `{name}` mixes row-wise pieces with a column piece at column {}: a table is split along one axis only",
+                p.col_offset
+            )));
+        };
+        if p.col_offset != 0 || p.dim != table.dim {
+            return Err(Error::InvalidPlan(format!(
+                "table `{name}` (dim {}): row-wise piece at rows {}.. has columns {}..{}; row-wise pieces span all columns (column and row splits do not combine)",
+                table.dim,
+                r.offset,
+                p.col_offset,
+                p.col_offset + p.dim
+            )));
+        }
+        if r.count == 0 || r.offset != next {
+            return Err(Error::InvalidPlan(format!(
+                "table `{name}`: row-wise piece at rows {}..{} is empty, overlaps or leaves a gap (expected it to start at row {next})",
+                r.offset,
+                r.offset.saturating_add(r.count)
+            )));
+        }
+        next = next.saturating_add(r.count);
+    }
+    if next != table.rows {
+        return Err(Error::InvalidPlan(format!("table `{name}` has {next} of its {} rows placed", table.rows)));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -143,7 +281,11 @@ mod tests {
     }
 
     fn p(table_id: usize, col_offset: u32, dim: u32, device: usize) -> Piece {
-        Piece { table_id, col_offset, dim, device }
+        Piece::cols(table_id, col_offset, dim, device)
+    }
+
+    fn r(table_id: usize, dim: u32, device: usize, offset: u64, count: u64) -> Piece {
+        Piece::row_range(table_id, dim, device, offset, count)
     }
 
     #[test]
@@ -170,5 +312,54 @@ mod tests {
                 Err(e) => assert!(!why.is_empty() && e.to_string().contains(why), "{e} / {why}"),
             }
         }
+    }
+
+    #[test]
+    fn accepts_equal_column_blocks_and_row_ranges() {
+        let t = task();
+        // Row ranges of `a` across both devices (given out of order).
+        let plan = Plan::new(&t, vec![r(0, 32, 1, 60, 40), r(0, 32, 0, 0, 60), p(1, 0, 8, 1)]).unwrap();
+        assert_eq!(plan.split_tables(), 1);
+        assert_eq!(plan.row_split_tables(), 1);
+        assert_eq!(plan.pieces()[0].rows, Some(RowRange { offset: 0, count: 60 }));
+        // A single range covering every row is an unsplit piece.
+        let whole = Plan::new(&t, vec![r(0, 32, 0, 0, 100), p(1, 0, 8, 1)]).unwrap();
+        assert_eq!(whole.pieces()[0], p(0, 0, 32, 0));
+        // TorchRec's column-wise blocks need not be dyadic: a dim-12 table in three blocks of 4.
+        let twelve = |name: &str| {
+            TableSpec::new("t", name.into(), 10, 12, 1.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+                .unwrap()
+        };
+        let t12 = Task::new(vec![twelve("c")], Devices::uniform(3, 1 << 20).unwrap()).unwrap();
+        assert!(Plan::new(&t12, vec![p(0, 0, 4, 0), p(0, 4, 4, 1), p(0, 8, 4, 2)]).is_ok());
+        // Unequal widths must be dyadic: 12 = 8 + 4 is not a halving of 12.
+        let e = Plan::new(&t12, vec![p(0, 0, 8, 0), p(0, 8, 4, 1)]).unwrap_err().to_string();
+        assert!(e.contains("dim 8"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_row_splits() {
+        let t = task();
+        for (pieces, why) in [
+            (vec![r(0, 32, 0, 0, 50), r(0, 32, 1, 60, 40), p(1, 0, 8, 0)], "leaves a gap"),
+            (vec![r(0, 32, 0, 0, 60), r(0, 32, 1, 50, 50), p(1, 0, 8, 0)], "overlaps"),
+            (vec![r(0, 32, 0, 0, 60), r(0, 32, 1, 60, 30), p(1, 0, 8, 0)], "90 of its 100 rows"),
+            (vec![r(0, 32, 0, 0, 0), r(0, 32, 1, 0, 100), p(1, 0, 8, 0)], "is empty"),
+            (vec![r(0, 16, 0, 0, 60), r(0, 16, 1, 60, 40), p(1, 0, 8, 0)], "span all columns"),
+            (vec![r(0, 32, 0, 0, 100), p(0, 0, 32, 1), p(1, 0, 8, 0)], "one axis"),
+        ] {
+            let e = Plan::new(&t, pieces.clone()).unwrap_err().to_string();
+            assert!(e.contains(why), "{e} / {why}");
+        }
+    }
+
+    #[test]
+    fn plan_json_without_rows_loads_as_whole_rows() {
+        let piece: Piece = serde_json::from_str(r#"{"table_id": 1, "col_offset": 0, "dim": 8, "device": 0}"#).unwrap();
+        assert_eq!(piece, p(1, 0, 8, 0));
+        assert!(!serde_json::to_string(&piece).unwrap().contains("rows"));
+        let rp = r(0, 32, 1, 60, 40);
+        let back: Piece = serde_json::from_str(&serde_json::to_string(&rp).unwrap()).unwrap();
+        assert_eq!(back, rp);
     }
 }

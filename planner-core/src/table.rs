@@ -149,10 +149,17 @@ impl TableSpec {
         Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer })
     }
 
-    /// Bytes of one piece of this table with `dim` columns: weights plus optimizer state.
+    /// Bytes of one piece of this table with `dim` columns (all rows): weights plus optimizer state.
     #[must_use]
     pub fn piece_bytes(&self, dim: u32) -> u64 {
-        self.rows * u64::from(dim) * self.dtype.bytes() + self.optimizer.state_bytes(self.rows, dim)
+        self.block_bytes(self.rows, dim)
+    }
+
+    /// Bytes of a block of `rows` rows and `dim` columns of this table (a row-wise piece): weights plus
+    /// optimizer state.
+    #[must_use]
+    pub fn block_bytes(&self, rows: u64, dim: u32) -> u64 {
+        rows * u64::from(dim) * self.dtype.bytes() + self.optimizer.state_bytes(rows, dim)
     }
 
     /// Bytes of the whole table.

@@ -5,19 +5,27 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile};
+use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel, profiles};
 use planner_core::units::parse_bytes;
 use planner_core::{Devices, TableSpec};
 
 /// Cost-model options shared by every subcommand that prices plans.
 #[derive(Args, Debug, Clone)]
 pub struct CostArgs {
-    /// Cost model: `analytical` (TorchRec's perf estimator; the default until a trained profile ships).
-    #[arg(long, default_value = "analytical")]
+    /// Cost model: an embedded trained profile (`h100`, the default; `shardplan list` names them all),
+    /// `analytical` (TorchRec's perf estimator), or the directory of a profile written by
+    /// `shardplan-train`.
+    #[arg(long, default_value = profiles::DEFAULT_PROFILE)]
     pub cost_model: String,
-    /// Hardware profile of the analytical model: torchrec, h100, a100, rtx2080ti.
-    #[arg(long, default_value = "torchrec")]
-    pub hw: String,
+    /// With a trained profile that has comm models, but none for the task's device count, price comm
+    /// with the analytical model instead of refusing (the cost model's name then says so). A profile
+    /// with no comm model at all (measured on one GPU) always prices comm analytically.
+    #[arg(long)]
+    pub comm_fallback: bool,
+    /// Hardware preset of the analytical model: torchrec, h100, a100, rtx2080ti (default: torchrec,
+    /// or for an embedded profile's comm the preset of its hardware).
+    #[arg(long)]
+    pub hw: Option<String>,
     /// Override the profile's memory bandwidth, GB/s (10^9 bytes/s).
     #[arg(long)]
     pub hbm_gbps: Option<f64>,
@@ -40,30 +48,64 @@ fn parse_definition(s: &str) -> Result<CostDefinition, String> {
     }
 }
 
-/// Names of the cost models this build knows.
-pub const COST_MODELS: &[&str] = &["analytical"];
+/// Names of the cost models this build knows: the analytical model and the embedded profiles.
+pub fn cost_model_names() -> Vec<&'static str> {
+    let mut names = vec!["analytical"];
+    names.extend(profiles::names());
+    names
+}
 
 impl CostArgs {
     /// Builds the chosen cost model.
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
-        match self.cost_model.as_str() {
-            "analytical" => {
-                let mut hw = HardwareProfile::builtin(&self.hw)?;
-                if let Some(g) = self.hbm_gbps {
-                    hw.hbm_bw_bytes_per_s = g * 1e9;
-                    hw.name = format!("{}+hbm{g}", hw.name);
-                }
-                if let Some(g) = self.comm_gbps {
-                    hw.comm_bw_bytes_per_s = g * 1e9;
-                    hw.name = format!("{}+comm{g}", hw.name);
-                }
-                Ok(Box::new(AnalyticalModel::new(hw, self.batch)?))
+        let name = self.cost_model.as_str();
+        if name == "analytical" {
+            return Ok(Box::new(self.analytical("torchrec")?));
+        }
+        let (model, preset) = if let Some(p) = profiles::find(name) {
+            (profiles::load(name)?, p.comm_fallback_hw)
+        } else if Path::new(name).join("card.json").is_file() {
+            (load_profile_dir(Path::new(name))?, "torchrec")
+        } else {
+            return Err(planner_core::Error::UnknownCostModel {
+                name: name.into(),
+                known: format!("{}, or a profile directory containing card.json", cost_model_names().join(", ")),
             }
-            other => {
-                Err(planner_core::Error::UnknownCostModel { name: other.into(), known: COST_MODELS.join(", ") }.into())
-            }
+            .into());
+        };
+        let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
+        Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset)?) } else { model }))
+    }
+
+    /// The analytical model with `--hw` (or `preset`) and the overrides.
+    fn analytical(&self, preset: &str) -> Result<AnalyticalModel> {
+        let mut hw = HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?;
+        if let Some(g) = self.hbm_gbps {
+            hw.hbm_bw_bytes_per_s = g * 1e9;
+            hw.name = format!("{}+hbm{g}", hw.name);
+        }
+        if let Some(g) = self.comm_gbps {
+            hw.comm_bw_bytes_per_s = g * 1e9;
+            hw.name = format!("{}+comm{g}", hw.name);
+        }
+        Ok(AnalyticalModel::new(hw, self.batch)?)
+    }
+}
+
+/// Loads a profile directory (`card.json` and the graphs it names).
+pub fn load_profile_dir(dir: &Path) -> Result<NeuralModel> {
+    let card_path = dir.join("card.json");
+    let card = std::fs::read_to_string(&card_path).with_context(|| format!("reading {}", card_path.display()))?;
+    let mut files = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "onnx") {
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            files.insert(path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(), bytes);
         }
     }
+    NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))
+        .with_context(|| format!("loading profile {}", dir.display()))
 }
 
 /// Parses `--mem`: one size for every device, or a comma-separated size per device.

@@ -94,7 +94,9 @@ pub fn run(args: &EvalArgs) -> Result<()> {
                         (None, Some(report.violations.join("; ")))
                     }
                 }
-                Err(e @ Error::NoFit { .. }) => (None, Some(e.to_string())),
+                // No plan within memory is an outcome to report (as in the seed papers' tables), not a
+                // reason to stop the suite.
+                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => (None, Some(e.to_string())),
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index)));
                 }

@@ -1,14 +1,19 @@
 //! `shardplan`: the command line of shardplan.
 //!
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
-//! `eval` (run planners over a suite), `list` (planners and cost models). Arguments are parsed in two
+//! `eval` (run planners over a suite), `export-torchrec` (a plan as a TorchRec sharding plan),
+//! `dynamic` (replay a request stream through the ALIS row-sharding policies), `pool` (the built-in
+//! table pool as CSV), `list` (planners and cost models). Arguments are parsed in two
 //! stages: clap turns the command line into raw values, and planner-core's constructors validate them
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
 //! exit with status 1 (usage errors: 2, from clap).
 
 mod common;
+mod dynamic;
 mod eval_cmd;
+mod export_cmd;
 mod plan_cmd;
+mod pool_cmd;
 mod tasks_cmd;
 
 use std::process::ExitCode;
@@ -31,6 +36,12 @@ enum Command {
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
     Eval(eval_cmd::EvalArgs),
+    /// Write a plan document as a TorchRec sharding plan (apply it in TorchRec: docs/TORCHREC.md).
+    ExportTorchrec(export_cmd::ExportArgs),
+    /// Replay a request stream through the dynamic row-sharding policies (ALIS and baselines).
+    Dynamic(Box<dynamic::DynamicArgs>),
+    /// Write the built-in table pool (or one half of it) as a tables CSV.
+    Pool(pool_cmd::PoolArgs),
     /// List the registered planners and cost models.
     List,
 }
@@ -41,6 +52,9 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan_cmd::run(a),
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::ExportTorchrec(a) => export_cmd::run(a),
+        Command::Dynamic(a) => dynamic::run(a),
+        Command::Pool(a) => pool_cmd::run(a),
         Command::List => {
             list();
             Ok(())
@@ -65,4 +79,8 @@ fn list() {
         "  analytical   TorchRec's perf estimator; hardware profiles: {}",
         planner_core::HardwareProfile::BUILTIN.join(", ")
     );
+    for p in planner_core::cost::profiles::EMBEDDED {
+        let default = if p.name == planner_core::cost::profiles::DEFAULT_PROFILE { " (default)" } else { "" };
+        println!("  {:<12} trained profile{default}: {}", p.name, p.hardware);
+    }
 }

@@ -14,7 +14,8 @@ use crate::common::{CostArgs, DEFAULT_MEM, devices, load_tables, render_table, w
 /// Arguments of `shardplan plan`.
 #[derive(Args, Debug)]
 pub struct PlanArgs {
-    /// Tables file (.json or .csv; formats in docs/FORMATS.md). Without it, a task is sampled from the
+    /// Tables file (.json or .csv; formats in docs/FORMATS.md; TorchRec-style JSON definitions are
+    /// recognised by their `num_embeddings` field). Without it, a task is sampled from the
     /// built-in 856-table DLRM pool.
     #[arg(long)]
     pub tables: Option<PathBuf>,
@@ -43,6 +44,12 @@ pub struct PlanArgs {
     /// Where to write the plan JSON (schema shardplan.plan/v1).
     #[arg(long, default_value = "plan.json")]
     pub out: PathBuf,
+    /// Also write the plan as a TorchRec sharding plan (schema shardplan.torchrec-plan/v1).
+    #[arg(long)]
+    pub torchrec_out: Option<PathBuf>,
+    /// Ranks per host for --torchrec-out placements (default: all devices on one host).
+    #[arg(long)]
+    pub local_world_size: Option<usize>,
     /// List the pieces on every device.
     #[arg(long)]
     pub verbose: bool,
@@ -85,12 +92,16 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
     }
     println!(
-        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory: {}; split tables: {}",
+        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory: {}; split tables: {} ({} row-wise)",
         report.cost_ms,
         report.bottleneck_device,
         if report.feasible { "yes".to_string() } else { format!("NO ({})", report.violations.join("; ")) },
-        plan.split_tables()
+        plan.split_tables(),
+        plan.row_split_tables()
     );
+    if let Some(path) = &args.torchrec_out {
+        crate::export_cmd::write_torchrec(&task, &plan, args.local_world_size, path)?;
+    }
     let doc = PlanDocument::new(entry.name, args.seed, task, &plan, report);
     let json = serde_json::to_string_pretty(&doc)?;
     write_atomic(&args.out, json.as_bytes())?;

@@ -1,7 +1,7 @@
-//! The analytical cost model: TorchRec's `EmbeddingPerfEstimator` for table-wise and column-wise
-//! shards on HBM with fused kernels (`torchrec/distributed/planner/shard_estimators.py`,
-//! `_get_tw_sharding_perf`, and constants.py). It needs no training and is the default until a
-//! trained profile is shipped.
+//! The analytical cost model: TorchRec's `EmbeddingPerfEstimator` for table-wise, column-wise and
+//! row-wise shards on HBM with fused kernels (`torchrec/distributed/planner/shard_estimators.py`,
+//! `_get_tw_sharding_perf`, `_get_rw_sharding_perf`, and constants.py). It needs no training and is
+//! the default until a trained profile is shipped.
 //!
 //! For a piece of `d` columns of a table with pooling factor `pf`, global batch `B`:
 //! ```text
@@ -14,6 +14,20 @@
 //! fwd_comm     = B · d · a2a_bytes / comm_bw           # all-to-all of pooled outputs
 //! bwd_comm     = B · d · a2a_bytes / comm_bw           # all-to-all of their gradients
 //! ```
+//! A row-wise piece serving a fraction `f` of the table's rows (TorchRec: `f = 1/W`) reads its share of
+//! the indices and rows but writes partial sums for the whole batch, which a reduce-scatter combines:
+//! ```text
+//! input_read   = ceil(B · pf · f · 8)
+//! lookup       = B · pf · f · d · elem_bytes          # no 32-column minimum in TorchRec's row-wise formula
+//! output_write = B · d · out_bytes
+//! fwd_compute  = (input_read + lookup + output_write) / hbm_bw      # no block penalty either
+//! bwd_compute  = 2 · fwd_compute + B · d · out_bytes · 2.455 / hbm_bw   # + BATCHED_COPY_PERF_FACTOR copy
+//! fwd_comm, bwd_comm: B · d · a2a_bytes / comm_bw     # reduce-scatter / all-gather of the pooled outputs
+//! ```
+//! TorchRec books the batched copy under backward comms; it is HBM traffic, so it is counted here as
+//! backward compute. Its comm volume equals a table-wise piece's, so comm stays a function of the
+//! per-device dim sums (a row-wise piece counts its full dim).
+//!
 //! TorchRec multiplies its per-rank batch (512 by default) by the world size; we use the global batch
 //! directly (65,536, the seeds' protocol). A device's compute is the sum over its pieces (TorchRec
 //! has no fusion effect), its comm depends on its dim sum only, and start delays are ignored.
@@ -38,6 +52,8 @@ pub const QUARTER_BLOCK_PENALTY: f64 = 1.75;
 pub const BWD_COMPUTE_MULTIPLIER: f64 = 2.0;
 /// Minimum columns a lookup reads (TorchRec: "minimum embedding dim is set to 32 due to kernel usage").
 pub const MIN_LOOKUP_DIM: u32 = 32;
+/// TorchRec `BATCHED_COPY_PERF_FACTOR`: the backward copy of a row-wise shard's output gradients.
+pub const BATCHED_COPY_PERF_FACTOR: f64 = 2.455;
 /// The seeds' global batch.
 pub const DEFAULT_GLOBAL_BATCH: u64 = 65_536;
 
@@ -130,20 +146,41 @@ impl AnalyticalModel {
         }
     }
 
-    /// Forward compute of one piece, ms.
+    fn out_bytes(piece: &PieceRef<'_>) -> f64 {
+        match piece.table.dtype {
+            ElementType::Int8 => 4.0,
+            t => t.bytes() as f64,
+        }
+    }
+
+    /// Forward compute of one piece, ms (table-/column-wise, or row-wise when the piece holds some rows).
     #[must_use]
     pub fn piece_fwd_ms(&self, piece: &PieceRef<'_>) -> f64 {
         let b = self.global_batch as f64;
+        let elem = piece.table.dtype.bytes() as f64;
+        let output_write = b * f64::from(piece.dim) * Self::out_bytes(piece);
+        if piece.is_row_split() {
+            let lookups = b * piece.pooling_factor();
+            let input_read = (lookups * INPUT_INDEX_BYTES).ceil();
+            let lookup = lookups * f64::from(piece.dim) * elem;
+            return (input_read + lookup + output_write) / self.hardware.hbm_bw_bytes_per_s * 1e3;
+        }
         let lookups = b * piece.table.pooling_factor;
         let input_read = (lookups * INPUT_INDEX_BYTES).ceil();
-        let elem = piece.table.dtype.bytes() as f64;
         let lookup = lookups * f64::from(piece.dim.max(MIN_LOOKUP_DIM)) * elem;
-        let out_bytes = match piece.table.dtype {
-            ElementType::Int8 => 4.0,
-            t => t.bytes() as f64,
-        };
-        let output_write = b * f64::from(piece.dim) * out_bytes;
         (input_read + lookup + output_write) * Self::block_penalty(piece.dim) / self.hardware.hbm_bw_bytes_per_s * 1e3
+    }
+
+    /// Backward compute of one piece, ms: [`BWD_COMPUTE_MULTIPLIER`] × forward, plus the batched copy of
+    /// a row-wise piece's output gradients.
+    #[must_use]
+    pub fn piece_bwd_ms(&self, piece: &PieceRef<'_>) -> f64 {
+        let mut bwd = self.piece_fwd_ms(piece) * BWD_COMPUTE_MULTIPLIER;
+        if piece.is_row_split() {
+            let out = self.global_batch as f64 * f64::from(piece.dim) * Self::out_bytes(piece);
+            bwd += out * BATCHED_COPY_PERF_FACTOR / self.hardware.hbm_bw_bytes_per_s * 1e3;
+        }
+        bwd
     }
 
     fn comm_ms(&self, dims: &[f64]) -> Vec<f64> {
@@ -158,12 +195,13 @@ impl CostModel for AnalyticalModel {
     }
 
     fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64> {
-        Ok(set.iter().map(|p| self.piece_fwd_ms(p) * (1.0 + BWD_COMPUTE_MULTIPLIER)).sum())
+        Ok(set.iter().map(|p| self.piece_fwd_ms(p) + self.piece_bwd_ms(p)).sum())
     }
 
     fn compute_split(&self, set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
         let fwd_ms: f64 = set.iter().map(|p| self.piece_fwd_ms(p)).sum();
-        Ok(Some(ComputeSplit { fwd_ms, bwd_ms: fwd_ms * BWD_COMPUTE_MULTIPLIER }))
+        let bwd_ms: f64 = set.iter().map(|p| self.piece_bwd_ms(p)).sum();
+        Ok(Some(ComputeSplit { fwd_ms, bwd_ms }))
     }
 
     fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>> {
@@ -193,17 +231,17 @@ mod tests {
         let t = table(64, 10.0);
         let bytes = 65_536.0 * 10.0 * 8.0 + 65_536.0 * 10.0 * 64.0 * 4.0 + 65_536.0 * 64.0 * 4.0;
         let expected = bytes * 1.15 / (897.0 * GIB_F) * 1e3;
-        let got = m.piece_fwd_ms(&PieceRef { table: &t, dim: 64 });
+        let got = m.piece_fwd_ms(&PieceRef::whole(&t, 64));
         assert!((got - expected).abs() < 1e-12, "{got} vs {expected}");
-        assert!((m.compute_ms(&[PieceRef { table: &t, dim: 64 }]).unwrap() - 3.0 * expected).abs() < 1e-12);
+        assert!((m.compute_ms(&[PieceRef::whole(&t, 64)]).unwrap() - 3.0 * expected).abs() < 1e-12);
     }
 
     #[test]
     fn small_dims_read_32_columns_and_pay_the_quarter_penalty() {
         let m = AnalyticalModel::default();
         let t = table(16, 4.0);
-        let a = m.piece_fwd_ms(&PieceRef { table: &t, dim: 16 });
-        let b = m.piece_fwd_ms(&PieceRef { table: &t, dim: 8 });
+        let a = m.piece_fwd_ms(&PieceRef::whole(&t, 16));
+        let b = m.piece_fwd_ms(&PieceRef::whole(&t, 8));
         // The lookup term is the same (max(d, 32)); only the output term shrinks.
         assert!(a > b && a < 1.1 * b);
         assert_eq!(AnalyticalModel::block_penalty(128), 1.0);
@@ -218,5 +256,29 @@ mod tests {
         assert_eq!(c[0], 0.0);
         assert!((c[2] - 2.0 * c[1]).abs() < 1e-12);
         assert!(HardwareProfile::builtin("tpu").unwrap_err().to_string().contains("\"tpu\""));
+    }
+
+    #[test]
+    fn hand_computed_row_wise_piece() {
+        // Table of 1000 rows, pf 10, d 64, split into 250-row pieces (f = 1/4), B = 65,536:
+        // fwd = (ceil(65,536·10/4·8) + 65,536·10/4·64·4 + 65,536·64·4) / (897 GiB/s), no block penalty;
+        // bwd = 2·fwd + 65,536·64·4·2.455 / (897 GiB/s).
+        let m = AnalyticalModel::default();
+        let t = table(64, 10.0);
+        let piece = PieceRef { table: &t, dim: 64, rows: 250 };
+        assert!(piece.is_row_split() && (piece.pooling_factor() - 2.5).abs() < 1e-15);
+        let out = 65_536.0 * 64.0 * 4.0;
+        let fwd = (65_536.0 * 2.5 * 8.0 + 65_536.0 * 2.5 * 64.0 * 4.0 + out) / (897.0 * GIB_F) * 1e3;
+        let bwd = 2.0 * fwd + out * 2.455 / (897.0 * GIB_F) * 1e3;
+        assert!((m.piece_fwd_ms(&piece) - fwd).abs() < 1e-12);
+        assert!((m.piece_bwd_ms(&piece) - bwd).abs() < 1e-12);
+        let split = m.compute_split(&[piece]).unwrap().unwrap();
+        assert!((split.fwd_ms + split.bwd_ms - m.compute_ms(&[piece]).unwrap()).abs() < 1e-12);
+        // Four row pieces cost more compute in total than the whole table (each writes the whole
+        // batch's outputs), but each one far less than the whole table.
+        let whole = m.compute_ms(&[PieceRef::whole(&t, 64)]).unwrap();
+        let quarter = m.compute_ms(&[piece]).unwrap();
+        assert!(quarter < whole && 4.0 * quarter > whole / 1.15);
+        assert_eq!(piece.bytes(), 250 * 64 * 4);
     }
 }

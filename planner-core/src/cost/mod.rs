@@ -7,23 +7,75 @@
 //! code-exact definition or DreamShard's four-phase sum.
 
 pub mod analytical;
+pub mod card;
+pub mod neural;
+pub mod profiles;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::plan::Plan;
+use crate::plan::{Piece, Plan};
 use crate::table::TableSpec;
 use crate::task::Task;
 
 pub use analytical::{AnalyticalModel, HardwareProfile};
+pub use card::ModelCard;
+pub use neural::NeuralModel;
 
-/// One piece of a table as a cost model sees it: the table's statistics and the piece's dim.
+/// One piece of a table as a cost model sees it: the table's statistics, the piece's dim and its rows.
+///
+/// A row-wise piece (`rows < table.rows`) holds a contiguous range of the table's rows and all its
+/// columns. Assuming lookups spread over rows in proportion to their count, it serves
+/// [`PieceRef::row_fraction`] of the table's lookups, yet produces partial sums for the whole batch
+/// (reduced across devices). A learned compute model should price it as a table of
+/// [`PieceRef::rows`] rows with pooling factor [`PieceRef::pooling_factor`] and the table's access bins
+/// unchanged (an approximation: the bins describe the whole table, and hot rows need not spread evenly).
 #[derive(Debug, Clone, Copy)]
 pub struct PieceRef<'a> {
     /// The table the piece belongs to.
     pub table: &'a TableSpec,
     /// Columns in this piece.
     pub dim: u32,
+    /// Rows in this piece (`table.rows` unless the table is split row-wise).
+    pub rows: u64,
+}
+
+impl<'a> PieceRef<'a> {
+    /// A piece of all rows and `dim` columns of `table`.
+    #[must_use]
+    pub fn whole(table: &'a TableSpec, dim: u32) -> Self {
+        Self { table, dim, rows: table.rows }
+    }
+
+    /// The cost-model view of `piece`, a piece of `table`.
+    #[must_use]
+    pub fn of(table: &'a TableSpec, piece: &Piece) -> Self {
+        Self { table, dim: piece.dim, rows: piece.row_count(table.rows) }
+    }
+
+    /// Whether the piece holds only some of the table's rows (row-wise sharding).
+    #[must_use]
+    pub fn is_row_split(&self) -> bool {
+        self.rows < self.table.rows
+    }
+
+    /// Fraction of the table's rows, and so of its lookups, that this piece serves (1 for column pieces).
+    #[must_use]
+    pub fn row_fraction(&self) -> f64 {
+        if self.is_row_split() { self.rows as f64 / self.table.rows as f64 } else { 1.0 }
+    }
+
+    /// Mean lookups per sample served by this piece: the table's pooling factor × [`PieceRef::row_fraction`].
+    #[must_use]
+    pub fn pooling_factor(&self) -> f64 {
+        self.table.pooling_factor * self.row_fraction()
+    }
+
+    /// Bytes of the piece (weights plus optimizer state).
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.table.block_bytes(self.rows, self.dim)
+    }
 }
 
 /// Forward and backward parts of a compute cost, for models that can tell them apart.
@@ -41,6 +93,10 @@ pub trait CostModel {
     fn name(&self) -> String;
     /// Time of one fused forward + backward over all `set` pieces on one device, in ms.
     fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64>;
+    /// [`CostModel::compute_ms`] of many sets at once (models with per-call overhead batch them).
+    fn compute_many_ms(&self, sets: &[&[PieceRef<'_>]]) -> Result<Vec<f64>> {
+        sets.iter().map(|s| self.compute_ms(s)).collect()
+    }
     /// The forward/backward parts of [`CostModel::compute_ms`], when the model knows them.
     fn compute_split(&self, _set: &[PieceRef<'_>]) -> Result<Option<ComputeSplit>> {
         Ok(None)
@@ -68,13 +124,14 @@ pub enum CostDefinition {
 pub struct DeviceReport {
     /// Device index.
     pub device: usize,
-    /// Labels of the pieces on it (`name` or `name[cols a..b]`).
+    /// Labels of the pieces on it (`name`, `name[cols a..b]` or `name[rows a..b]`).
     pub pieces: Vec<String>,
     /// Bytes of its pieces.
     pub bytes: u64,
     /// Its memory cap.
     pub mem_cap_bytes: u64,
-    /// Sum of its pieces' dims.
+    /// Sum of its pieces' dims (a row-wise piece counts its full dim: its partial sums cover the whole
+    /// batch, so its reduce-scatter moves as many bytes as a table-wise piece's all-to-all).
     pub dim_sum: u64,
     /// Fused compute time.
     pub compute_ms: f64,
@@ -118,8 +175,8 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
     let mut violations = Vec::new();
     for (device, idx) in by_device.iter().enumerate() {
         let set: Vec<PieceRef<'_>> =
-            idx.iter().map(|&i| PieceRef { table: &task.tables[pieces[i].table_id], dim: pieces[i].dim }).collect();
-        let bytes: u64 = set.iter().map(|p| p.table.piece_bytes(p.dim)).sum();
+            idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
+        let bytes: u64 = set.iter().map(PieceRef::bytes).sum();
         let cap = task.devices.mem_cap_bytes()[device];
         if bytes > cap {
             violations.push(format!("device {device}: {bytes} bytes placed, cap {cap}"));
@@ -129,7 +186,9 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             .map(|&i| {
                 let p = pieces[i];
                 let t = &task.tables[p.table_id];
-                if p.dim == t.dim {
+                if let Some(r) = p.rows {
+                    format!("{}[rows {}..{}]", t.name, r.offset, r.offset + r.count)
+                } else if p.dim == t.dim {
                     t.name.clone()
                 } else {
                     format!("{}[cols {}..{}]", t.name, p.col_offset, p.col_offset + p.dim)

@@ -2,6 +2,7 @@
 //! and the benchmarks all read [`REGISTRY`]).
 
 pub mod baselines;
+pub mod torchrec;
 
 use crate::cost::CostModel;
 use crate::error::{Error, Result};
@@ -76,6 +77,12 @@ pub const REGISTRY: &[PlannerEntry] = &[
         summary: "greedy by dim x pooling factor x log10(rows) (seed baseline)",
         is_seed_baseline: true,
         make: || Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
+    },
+    PlannerEntry {
+        name: "torchrec",
+        summary: "port of TorchRec 1.9's default planner: table/column/row-wise, its estimators, proposers, greedy partitioner",
+        is_seed_baseline: false,
+        make: || Box::new(torchrec::TorchRecPlanner::default()),
     },
 ];
 

@@ -10,6 +10,8 @@ use planner_core::task::{Devices, SuiteSpec, Task};
 use planner_core::{Error, Plan};
 use proptest::prelude::*;
 
+mod torchrec_golden;
+
 fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
     let mut bins = [0.0; NUM_BINS];
     bins[0] = 1.0;
@@ -21,11 +23,7 @@ fn cost_from_scratch(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
     let n = task.devices.count();
     let sets: Vec<Vec<PieceRef<'_>>> = (0..n)
         .map(|d| {
-            plan.pieces()
-                .iter()
-                .filter(|p| p.device == d)
-                .map(|p| PieceRef { table: &task.tables[p.table_id], dim: p.dim })
-                .collect()
+            plan.pieces().iter().filter(|p| p.device == d).map(|p| PieceRef::of(&task.tables[p.table_id], p)).collect()
         })
         .collect();
     let compute: Vec<f64> = sets.iter().map(|s| model.compute_ms(s).unwrap()).collect();
@@ -39,14 +37,14 @@ fn cost_from_scratch(task: &Task, plan: &Plan, model: &dyn CostModel) -> f64 {
 }
 
 fn check_plan(task: &Task, plan: &Plan, model: &dyn CostModel, random: bool) {
-    // Every table covered exactly once; pieces sum to the original dim.
-    let mut covered = vec![0u32; task.tables.len()];
+    // Every table covered exactly once: pieces' cells (rows x columns) sum to the table's.
+    let mut covered = vec![0u64; task.tables.len()];
     for p in plan.pieces() {
-        covered[p.table_id] += p.dim;
+        covered[p.table_id] += u64::from(p.dim) * p.row_count(task.tables[p.table_id].rows);
         assert!(p.device < task.devices.count());
     }
     for (t, c) in task.tables.iter().zip(&covered) {
-        assert_eq!(t.dim, *c, "table {} not covered exactly once", t.name);
+        assert_eq!(u64::from(t.dim) * t.rows, *c, "table {} not covered exactly once", t.name);
     }
     let report = evaluate(task, plan, model, CostDefinition::NeuroShard).unwrap();
     if !random {
@@ -65,7 +63,7 @@ proptest! {
 
     /// Every planner, on seeded protocol tasks with varied devices, dims and caps (caps may differ
     /// per device), returns a covering plan within memory whose reported cost equals a recomputation
-    /// — or, when some table fits nowhere, the NoFit error (never an invalid plan).
+    /// — or, when some table fits nowhere, the NoFit error (TorchRec's port: NoPlan), never an invalid plan.
     #[test]
     fn planners_keep_their_invariants(seed in any::<u64>(), devices in 1usize..9, max_dim_log in 2u32..8, cap_gib in 1u64..9, uneven in any::<bool>()) {
         let max_dim = 1 << max_dim_log;
@@ -78,6 +76,11 @@ proptest! {
             match entry.build().plan(&st.task, &ctx) {
                 Ok(plan) => check_plan(&st.task, &plan, &model, entry.name == "random"),
                 Err(Error::NoFit { need_bytes, best_free_bytes, .. }) => prop_assert!(need_bytes > best_free_bytes),
+                // TorchRec's planner keeps 15% and its input buffers back, so it may find no plan where
+                // the greedy baselines still fit; it must say so rather than return an overfull plan.
+                Err(Error::NoPlan { planner, reason }) => {
+                    prop_assert!(planner == "torchrec" && entry.name == "torchrec", "{planner}: {reason}");
+                }
                 Err(e) => prop_assert!(false, "{} failed: {e}", entry.name),
             }
         }

@@ -1,0 +1,221 @@
+//! The measurement backends behind one trait: [`CpuBackend`] here, `CudaBackend` in `cuda.rs`.
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use planner_core::dataset::{BackendKind, Hardware};
+use planner_core::table::{ElementType, TableSpec};
+use serde_json::json;
+
+use crate::cpu::{self, CommTimes, ComputeTimes, FusedSet};
+use crate::workload::{Bags, CommSample};
+
+/// Timing protocol knobs shared by every measurement (SPEC section 4: 5 warm-up + 10 timed runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Untimed runs first.
+    pub warmup: u32,
+    /// Timed runs.
+    pub reps: u32,
+}
+
+/// A place where fused embedding-bag kernels and all-to-alls run and are timed.
+pub trait Backend {
+    /// The hardware identity written into every record.
+    fn hardware(&self) -> &Hardware;
+    /// Whether caches are flushed before every timed run.
+    fn cache_flush(&self) -> bool;
+    /// Devices available to an all-to-all (the CPU backend simulates any number with threads).
+    fn max_comm_devices(&self) -> Option<usize>;
+    /// Devices a compute set can run on.
+    fn compute_devices(&self) -> usize;
+    /// Bytes a compute set may occupy on `device` (weights; the buffers are small next to them).
+    fn memory_bytes(&self, device: usize) -> Result<u64>;
+    /// Times one fused forward + backward (SGD) over `tables` with `bags`, on `device`.
+    fn compute(
+        &mut self,
+        device: usize,
+        tables: &[TableSpec],
+        bags: Vec<Bags>,
+        seed: u64,
+        timing: Timing,
+    ) -> Result<ComputeTimes>;
+    /// Times the forward (with the sample's delays) and backward all-to-all of `sample`.
+    fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes>;
+    /// Describes the devices and measures the copy bandwidth that bounds every kernel.
+    fn probe(&mut self) -> Result<serde_json::Value>;
+}
+
+/// Refuses what the kernels cannot run, naming the table and the field: only fp32 weights.
+pub fn check_fp32(tables: &[TableSpec]) -> Result<()> {
+    if let Some(t) = tables.iter().find(|t| t.dtype != ElementType::Fp32) {
+        bail!(
+            "table `{}`: field `dtype` = {:?} is not supported: the collector's kernels are fp32 only",
+            t.name,
+            t.dtype
+        );
+    }
+    Ok(())
+}
+
+/// Checks that a set fits the backend's memory before allocating anything.
+pub fn check_fits(backend: &dyn Backend, device: usize, tables: &[TableSpec]) -> Result<()> {
+    let need: u64 = tables.iter().map(TableSpec::size_bytes).sum();
+    let have = backend.memory_bytes(device)?;
+    if need > have {
+        bail!(
+            "the table set ({} tables) needs {need} bytes ({}) but the {} backend has {have} bytes ({}) on device {device}",
+            tables.len(),
+            planner_core::units::format_bytes(need),
+            backend.hardware().backend.name(),
+            planner_core::units::format_bytes(have),
+        );
+    }
+    Ok(())
+}
+
+/// The CPU backend: all threads of this machine, wall-clock timing.
+pub struct CpuBackend {
+    threads: usize,
+    hardware: Hardware,
+    flush: Vec<u8>,
+}
+
+fn read_text(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// CPU model name from `/proc/cpuinfo` (or "unknown CPU").
+#[must_use]
+pub fn cpu_model() -> String {
+    read_text("/proc/cpuinfo")
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// A `/proc/meminfo` field in bytes.
+fn meminfo_bytes(field: &str) -> Option<u64> {
+    let text = read_text("/proc/meminfo")?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Last-level cache size from sysfs (bytes), if known.
+fn llc_bytes() -> Option<u64> {
+    (0..8).rev().find_map(|i| {
+        let t = read_text(&format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))?;
+        let t = t.trim();
+        let (num, mult) = match t.strip_suffix('K') {
+            Some(n) => (n, 1024),
+            None => t.strip_suffix('M').map_or((t, 1), |n| (n, 1 << 20)),
+        };
+        num.parse::<u64>().ok().map(|n| n * mult)
+    })
+}
+
+impl CpuBackend {
+    /// A backend on `threads` threads (default: all available). `flush` enables the cache flush.
+    pub fn new(threads: Option<usize>, flush: bool) -> Result<Self> {
+        let available = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = threads.unwrap_or(available);
+        if threads == 0 || threads > 4096 {
+            bail!("--threads = {threads} is invalid: use 1..=4096");
+        }
+        let model = cpu_model();
+        let hardware = Hardware {
+            backend: BackendKind::Cpu,
+            fingerprint: format!("cpu:{model}:{threads}t"),
+            devices: vec![model],
+            software: format!("{threads} threads of {available}; shardplan-collect {}", env!("CARGO_PKG_VERSION")),
+        };
+        // Twice the last-level cache (64 MiB when unknown) is rewritten before every timed run.
+        let flush = if flush { vec![0u8; (2 * llc_bytes().unwrap_or(32 << 20)) as usize] } else { Vec::new() };
+        Ok(Self { threads, hardware, flush })
+    }
+}
+
+/// Copy bandwidth of `threads` threads over a buffer of `bytes` (2 × bytes moved per copy / best time).
+fn copy_bandwidth(bytes: usize, threads: usize) -> f64 {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    let chunk = bytes.div_ceil(threads.max(1));
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for (d, c) in dst.chunks_mut(chunk).zip(src.chunks(chunk)) {
+                s.spawn(move || d.copy_from_slice(c));
+            }
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    2.0 * bytes as f64 / best
+}
+
+impl Backend for CpuBackend {
+    fn hardware(&self) -> &Hardware {
+        &self.hardware
+    }
+
+    fn cache_flush(&self) -> bool {
+        !self.flush.is_empty()
+    }
+
+    fn max_comm_devices(&self) -> Option<usize> {
+        None
+    }
+
+    fn compute_devices(&self) -> usize {
+        1
+    }
+
+    fn memory_bytes(&self, _device: usize) -> Result<u64> {
+        meminfo_bytes("MemAvailable:").ok_or_else(|| anyhow::anyhow!("cannot read MemAvailable from /proc/meminfo"))
+    }
+
+    fn compute(
+        &mut self,
+        _device: usize,
+        tables: &[TableSpec],
+        bags: Vec<Bags>,
+        seed: u64,
+        timing: Timing,
+    ) -> Result<ComputeTimes> {
+        check_fp32(tables)?;
+        let mut set = FusedSet::new(tables, bags, seed, self.threads)?;
+        Ok(cpu::time_compute(&mut set, timing.warmup, timing.reps, self.threads, &mut self.flush))
+    }
+
+    fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes> {
+        cpu::time_comm(sample, batch, timing.warmup, timing.reps)
+    }
+
+    fn probe(&mut self) -> Result<serde_json::Value> {
+        let bytes = 256 << 20;
+        let one = copy_bandwidth(bytes, 1);
+        let all = copy_bandwidth(bytes, self.threads);
+        Ok(json!({
+            "backend": "cpu",
+            "fingerprint": self.hardware.fingerprint,
+            "cpu_model": self.hardware.devices[0],
+            "threads": self.threads,
+            "available_parallelism": std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            "mem_total_bytes": meminfo_bytes("MemTotal:"),
+            "mem_available_bytes": meminfo_bytes("MemAvailable:"),
+            "llc_bytes": llc_bytes(),
+            "copy_bandwidth": {
+                "buffer_bytes": bytes,
+                "formula": "2 x buffer bytes (read + write) / best of 5 copies",
+                "one_thread_gb_per_s": one / 1e9,
+                "all_threads_gb_per_s": all / 1e9,
+            },
+        }))
+    }
+}

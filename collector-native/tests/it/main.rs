@@ -1,0 +1,353 @@
+//! End-to-end tests of the `shardplan-collect` binary on tiny inputs: collections, resume after a
+//! kill or a cut line, shards, Ctrl-C, measure-plan and bad inputs. Batches are tiny (16–32 bags) and
+//! tables capped at a few MiB so the whole file runs in seconds on two cores.
+
+// Helpers outside `#[test]` functions are test code too; clippy.toml only exempts the test functions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use planner_core::dataset::{CostRecord, HardwarePolicy, Measurement, parse_dataset};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shardplan-collect");
+
+/// Small compute runs: tiny batch, ≤ 3 tables of ≤ 4 MiB, one warm-up and two timed runs, no flush.
+const TINY: &[&str] =
+    &["--batch-size", "16", "--max-tables", "3", "--mem-cap", "4MiB", "--warmup", "1", "--reps", "2", "--no-flush"];
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shardplan-collect-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn collect(args: &[&str]) -> Output {
+    Command::new(BIN).arg("--quiet").args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn compute(out: &Path, samples: u64, extra: &[&str]) -> Output {
+    let samples = samples.to_string();
+    let mut args = vec!["compute", "--samples", &samples, "--out", out.to_str().unwrap()];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    collect(&args)
+}
+
+fn records(path: &Path) -> Vec<CostRecord> {
+    parse_dataset("test", &std::fs::read_to_string(path).unwrap(), HardwarePolicy::Single).unwrap()
+}
+
+fn indices(records: &[CostRecord]) -> Vec<u64> {
+    records.iter().map(|r| r.sample_index).collect()
+}
+
+/// The table set of a compute record, as comparable text.
+fn tables_of(r: &CostRecord) -> String {
+    match &r.measurement {
+        Measurement::Compute { tables, .. } => serde_json::to_string(tables).unwrap(),
+        Measurement::Comm { .. } => panic!("compute record expected"),
+    }
+}
+
+#[test]
+fn compute_collection_writes_valid_self_contained_records() {
+    let out = tmp("compute.jsonl");
+    let o = compute(&out, 5, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = records(&out);
+    assert_eq!(indices(&recs), vec![0, 1, 2, 3, 4]);
+    for r in &recs {
+        assert_eq!(r.hardware.backend.name(), "cpu");
+        assert_eq!(r.batch_size, 16);
+        let Measurement::Compute { tables, fwd, total, .. } = &r.measurement else { panic!("compute") };
+        assert!((1..=3).contains(&tables.len()));
+        assert!(tables.iter().all(|t| t.features.len() == 20));
+        assert_eq!(fwd.reps_ms.len(), 2);
+        assert!(total.median_ms >= fwd.median_ms);
+    }
+    let check = collect(&["check", out.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    assert!(String::from_utf8_lossy(&check.stdout).contains("5 records: 5 compute"));
+}
+
+#[test]
+fn resume_repairs_a_cut_line_and_neither_duplicates_nor_loses_samples() {
+    let out = tmp("resume.jsonl");
+    assert!(compute(&out, 4, &[]).status.success());
+    let full = records(&out);
+    // Cut the file in the middle of its last line, as a kill during a write would.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let cut = text.len() - text.lines().last().unwrap().len() / 2 - 1;
+    std::fs::write(&out, &text[..cut]).unwrap();
+    let e = collect(&["check", out.to_str().unwrap()]);
+    assert!(!e.status.success() && stderr(&e).contains("truncated"), "{}", stderr(&e));
+    // Without --resume an existing file is refused; with it, the cut sample is measured again.
+    let refused = compute(&out, 6, &[]);
+    assert!(!refused.status.success() && stderr(&refused).contains("--resume"), "{}", stderr(&refused));
+    let o = compute(&out, 6, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("repaired"), "{}", stderr(&o));
+    let recs = records(&out);
+    assert_eq!(indices(&recs), vec![0, 1, 2, 3, 4, 5]);
+    // Sample 3 was re-measured on the same table set: workloads are a function of (seed, index).
+    assert_eq!(tables_of(&recs[3]), tables_of(&full[3]));
+}
+
+#[test]
+fn resume_after_a_kill_completes_the_run_exactly() {
+    let out = tmp("killed.jsonl");
+    let mut args: Vec<&str> = vec!["--quiet", "compute", "--samples", "300", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(TINY);
+    let mut child = Command::new(BIN).args(&args).stderr(Stdio::null()).spawn().unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()) < 3
+        && start.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(&out).unwrap().lines().count();
+    let o = compute(&out, 300, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = indices(&records(&out));
+    assert_eq!(got.iter().copied().collect::<BTreeSet<_>>().len(), got.len(), "duplicates after resume");
+    assert_eq!(
+        got.iter().copied().collect::<BTreeSet<_>>(),
+        (0..300).collect(),
+        "lost samples (killed after {before} lines)"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_after_the_sample_in_flight_and_resume_finishes() {
+    let out = tmp("sigint.jsonl");
+    let mut args: Vec<&str> = vec!["--quiet", "compute", "--samples", "100000", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(TINY);
+    let child = Command::new(BIN).args(&args).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()) < 2
+        && start.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--resume"), "{}", stderr(&o));
+    // Only whole lines: the sample in flight was finished and written, nothing was cut.
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with('\n'));
+    let n = records(&out).len() as u64;
+    assert!((2..100_000).contains(&n));
+    let o = compute(&out, n + 3, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(indices(&records(&out)), (0..n + 3).collect::<Vec<_>>());
+}
+
+#[test]
+fn shards_partition_a_run_and_match_the_unsharded_workloads() {
+    let whole = tmp("whole.jsonl");
+    assert!(compute(&whole, 7, &[]).status.success());
+    let parts: Vec<PathBuf> = (0..3).map(|i| tmp(&format!("shard{i}.jsonl"))).collect();
+    for (i, p) in parts.iter().enumerate() {
+        let shard = format!("{i}/3");
+        let o = compute(p, 7, &["--shard", &shard]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(records(p).iter().all(|r| r.sample_index % 3 == i as u64));
+    }
+    let mut merged: Vec<CostRecord> = parts.iter().flat_map(|p| records(p)).collect();
+    merged.sort_by_key(|r| r.sample_index);
+    let reference = records(&whole);
+    assert_eq!(indices(&merged), indices(&reference));
+    for (a, b) in merged.iter().zip(&reference) {
+        assert_eq!(tables_of(a), tables_of(b), "sample {}", a.sample_index);
+    }
+    // Resuming a shard file under another shard is refused, naming the field.
+    let o = compute(&parts[0], 7, &["--shard", "1/3", "--resume"]);
+    assert!(!o.status.success() && stderr(&o).contains("`run`"), "{}", stderr(&o));
+}
+
+#[test]
+fn comm_collection_times_every_device() {
+    let out = tmp("comm.jsonl");
+    let o = collect(&[
+        "comm",
+        "--samples",
+        "2",
+        "--devices",
+        "3",
+        "--batch-size",
+        "24",
+        "--warmup",
+        "0",
+        "--reps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for r in records(&out) {
+        let Measurement::Comm { device_dims, delays_ms, fw, bw, .. } = &r.measurement else { panic!("comm") };
+        assert_eq!((device_dims.len(), fw.len(), bw.len()), (3, 3, 3));
+        assert!(delays_ms.contains(&0.0));
+        // The earliest rank must wait for the latest one's block.
+        let max_delay = delays_ms.iter().copied().fold(0.0, f64::max);
+        let first = delays_ms.iter().position(|&d| d == 0.0).unwrap();
+        assert!(fw[first].median_ms >= max_delay * 0.8, "{} vs delay {max_delay}", fw[first].median_ms);
+    }
+}
+
+#[test]
+fn measure_plan_reports_the_planners_breakdown() {
+    use planner_core::cost::{AnalyticalModel, CostDefinition, HardwareProfile, evaluate};
+    use planner_core::{Devices, Plan, PlanDocument, Task};
+    let pool = planner_core::pool::dlrm_pool().unwrap();
+    let tables = (0..4)
+        .map(|i| {
+            let mut t = pool[i * 10 + 1].at_dim(format!("t{i}"), 16, planner_core::ElementType::Fp32).unwrap();
+            t.rows = t.rows.min(1000);
+            t
+        })
+        .collect();
+    let task = Task::new(tables, Devices::uniform(2, 1 << 30).unwrap()).unwrap();
+    let plan = Plan::unsplit(&task, &[0, 1, 0, 1]).unwrap();
+    let model = AnalyticalModel::new(HardwareProfile::torchrec_default(), 65_536).unwrap();
+    let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+    let doc = PlanDocument::new("test", 0, task, &plan, report);
+    let plan_path = tmp("plan.json");
+    std::fs::write(&plan_path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = tmp("measured.json");
+    let o = collect(&[
+        "measure-plan",
+        plan_path.to_str().unwrap(),
+        "--batch-size",
+        "32",
+        "--warmup",
+        "0",
+        "--reps",
+        "2",
+        "--no-flush",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["schema"], "shardplan.measured-plan/v1");
+    let m: planner_core::PlanReport = serde_json::from_value(v["measured"].clone()).unwrap();
+    assert_eq!(m.devices.len(), 2);
+    for d in &m.devices {
+        assert_eq!(d.pieces.len(), 2);
+        assert!(d.compute_ms > 0.0);
+        assert!((d.total_ms - (d.compute_ms + d.fw_comm_ms + d.bw_comm_ms)).abs() < 1e-9);
+    }
+    assert!(m.cost_ms >= m.devices.iter().map(|d| d.total_ms).fold(0.0, f64::max) - 1e-9);
+    assert!(stderr(&o).contains("predicted"));
+}
+
+/// One GPU timing a 2-device plan's devices in turn: compute measured, comm copied from the plan; a
+/// row-wise piece is measured as its own rows with its share of the lookups.
+#[test]
+fn measure_plan_can_take_comm_from_the_plan_and_measures_row_pieces() {
+    use planner_core::cost::{AnalyticalModel, CostDefinition, HardwareProfile, evaluate};
+    use planner_core::plan::Piece;
+    use planner_core::{Devices, Plan, PlanDocument, Task};
+    let pool = planner_core::pool::dlrm_pool().unwrap();
+    let mut t = pool[11].at_dim("t0".into(), 16, planner_core::ElementType::Fp32).unwrap();
+    t.rows = t.rows.clamp(100, 1000);
+    let rows = t.rows;
+    let task = Task::new(vec![t], Devices::uniform(2, 1 << 30).unwrap()).unwrap();
+    let half = rows / 2;
+    let pieces = vec![Piece::row_range(0, 16, 0, 0, half), Piece::row_range(0, 16, 1, half, rows - half)];
+    let plan = Plan::new(&task, pieces).unwrap();
+    let model = AnalyticalModel::new(HardwareProfile::torchrec_default(), 65_536).unwrap();
+    let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+    let doc = PlanDocument::new("test", 0, task, &plan, report.clone());
+    let plan_path = tmp("rowplan.json");
+    std::fs::write(&plan_path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = tmp("rowmeasured.json");
+    let args = ["--batch-size", "32", "--warmup", "0", "--reps", "2", "--no-flush", "--comm-from-plan", "--out"];
+    let o = collect(&[&["measure-plan", plan_path.to_str().unwrap()][..], &args, &[out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(v["comm"].as_str().unwrap().starts_with("modelled"), "{}", v["comm"]);
+    let m: planner_core::PlanReport = serde_json::from_value(v["measured"].clone()).unwrap();
+    for (d, p) in m.devices.iter().zip(&report.devices) {
+        assert_eq!((d.fw_comm_ms, d.bw_comm_ms, d.delay_ms), (p.fw_comm_ms, p.bw_comm_ms, p.delay_ms));
+        assert!(d.compute_ms > 0.0);
+        assert!(d.pieces[0].contains("rows"), "{:?}", d.pieces);
+    }
+}
+
+/// Every refusal names the field and the value; none panics.
+#[test]
+fn bad_inputs_are_refused_with_the_field_and_value() {
+    let out = tmp("bad.jsonl");
+    let o = out.to_str().unwrap();
+    let check = |args: &[&str], want: &[&str]| {
+        let r = collect(args);
+        let e = stderr(&r);
+        assert!(!r.status.success(), "{args:?} succeeded");
+        assert!(!e.contains("panicked"), "{args:?} panicked: {e}");
+        for w in want {
+            assert!(e.contains(w), "{args:?}: {e:?} lacks {w:?}");
+        }
+    };
+    check(&["--backend", "gpu", "probe"], &["gpu", "--backend", "cpu, cuda"]);
+    check(&["compute", "--samples", "1", "--out", o, "--shard", "2/2"], &["--shard", "\"2/2\""]);
+    check(&["compute", "--samples", "0", "--out", o], &["--samples = 0"]);
+    check(&["compute", "--samples", "1", "--out", o, "--mem-cap", "16"], &["--mem-cap = 16", "smallest table"]);
+    check(&["compute", "--samples", "1", "--out", o, "--mem-cap", "64TiB"], &["--mem-cap", "bytes available"]);
+    let empty = tmp("empty.csv");
+    std::fs::write(&empty, "rows,pooling_factor\n").unwrap();
+    check(
+        &["compute", "--samples", "1", "--out", o, "--tables", empty.to_str().unwrap()],
+        &["tables", "count", "at least one"],
+    );
+    let half = tmp("fp16.json");
+    std::fs::write(&half, r#"[{"name":"h","rows":10,"dim":8,"pooling_factor":1,"dtype":"fp16"}]"#).unwrap();
+    check(&["compute", "--samples", "1", "--out", o, "--tables", half.to_str().unwrap()], &["`dtype`", "fp32 only"]);
+    check(
+        &["comm", "--samples", "1", "--out", o, "--devices", "4", "--batch-size", "2"],
+        &["--batch-size = 2", "--devices = 4"],
+    );
+    // The CUDA backend on a machine without a driver: a clear error, not a panic.
+    let r = collect(&["--backend", "cuda", "probe"]);
+    if !r.status.success() {
+        let e = stderr(&r);
+        assert!(!e.contains("panicked") && (e.contains("CUDA") || e.contains("GPU") || e.contains("NVRTC")), "{e}");
+    }
+    // A resumed file measured with other options is refused, naming the field.
+    let a = tmp("mismatch.jsonl");
+    assert!(compute(&a, 1, &[]).status.success());
+    let r = collect(&[
+        "compute",
+        "--samples",
+        "2",
+        "--out",
+        a.to_str().unwrap(),
+        "--resume",
+        "--batch-size",
+        "32",
+        "--max-tables",
+        "3",
+        "--mem-cap",
+        "4MiB",
+        "--warmup",
+        "1",
+        "--reps",
+        "2",
+        "--no-flush",
+    ]);
+    assert!(!r.status.success() && stderr(&r).contains("batch_size"), "{}", stderr(&r));
+}

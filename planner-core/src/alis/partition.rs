@@ -1,0 +1,315 @@
+//! The iterative hypergraph partitioner used by the static, full re-partition and ALIS policies.
+//!
+//! Requests are hyperedges (nets) over rows (vertices); the objective is the mean fanout (connectivity λ of
+//! each net) under a per-shard row cap. Two phases:
+//!
+//! 1. **Initialisation.** Vertices with a warm-start shard keep it. The others are placed in first-appearance
+//!    order with the LDG streaming rule: shard `s` scores `(pins of v's nets already on s) · (1 − load_s/cap)`;
+//!    the best shard with room wins, ties and all-zero scores go to the least loaded shard.
+//! 2. **Refinement** by probabilistic-fanout local search (as in Social Hash Partitioner): each net's cost is
+//!    `Σ_s 1 − (1−p)^{Φ(n,s)}` where `Φ(n,s)` is the number of the net's pins on shard `s`. With `p = 1` this is
+//!    exactly the fanout; `p < 1` gives a smoother objective that rewards gathering pins even before a whole
+//!    net can be moved. Moving `v` from `a` to `b` lowers the cost by `p · Σ_{n∋v} ((1−p)^{Φ(n,a)−1} −
+//!    (1−p)^{Φ(n,b)})`. Vertices are visited in a seeded random order; a vertex moves to its best shard when
+//!    the gain is positive and the shard is under the cap. Sweeps stop when nothing moves or after
+//!    `max_iters`.
+//!
+//! Pin counts Φ are a dense `nets × S` array; the partitioner only ever sees one window (ALIS) or the
+//! replayed history (full re-partition), never the whole row universe.
+
+use rand::Rng;
+use rand::seq::SliceRandom;
+
+/// Sentinel for "no warm-start shard".
+pub const UNASSIGNED: u16 = u16::MAX;
+
+/// A hypergraph in compressed form: nets (requests) over local vertex ids `0..n_vertices`.
+#[derive(Debug, Clone, Default)]
+pub struct Hypergraph {
+    n_vertices: usize,
+    net_offsets: Vec<usize>,
+    pins: Vec<u32>,
+    vtx_offsets: Vec<usize>,
+    vtx_nets: Vec<u32>,
+}
+
+impl Hypergraph {
+    /// Builds the hypergraph from nets given as lists of distinct local vertex ids `< n_vertices`.
+    /// Nets with a single pin are dropped: they cost fanout 1 wherever the row is.
+    pub fn new<'a>(n_vertices: usize, nets: impl IntoIterator<Item = &'a [u32]>) -> Self {
+        let mut net_offsets = vec![0];
+        let mut pins = Vec::new();
+        let mut degree = vec![0usize; n_vertices];
+        for net in nets {
+            if net.len() < 2 {
+                continue;
+            }
+            for &v in net {
+                degree[v as usize] += 1;
+            }
+            pins.extend_from_slice(net);
+            net_offsets.push(pins.len());
+        }
+        let mut vtx_offsets = Vec::with_capacity(n_vertices + 1);
+        vtx_offsets.push(0);
+        for d in &degree {
+            let last = vtx_offsets[vtx_offsets.len() - 1];
+            vtx_offsets.push(last + d);
+        }
+        let mut fill = vtx_offsets.clone();
+        let mut vtx_nets = vec![0u32; pins.len()];
+        for n in 0..net_offsets.len() - 1 {
+            for &v in &pins[net_offsets[n]..net_offsets[n + 1]] {
+                vtx_nets[fill[v as usize]] = n as u32;
+                fill[v as usize] += 1;
+            }
+        }
+        Hypergraph { n_vertices, net_offsets, pins, vtx_offsets, vtx_nets }
+    }
+
+    /// Number of vertices.
+    #[must_use]
+    pub fn n_vertices(&self) -> usize {
+        self.n_vertices
+    }
+
+    /// Number of nets with at least two pins.
+    #[must_use]
+    pub fn n_nets(&self) -> usize {
+        self.net_offsets.len() - 1
+    }
+
+    fn net(&self, n: usize) -> &[u32] {
+        &self.pins[self.net_offsets[n]..self.net_offsets[n + 1]]
+    }
+
+    fn nets_of(&self, v: usize) -> &[u32] {
+        &self.vtx_nets[self.vtx_offsets[v]..self.vtx_offsets[v + 1]]
+    }
+}
+
+/// Partitioner settings (validated by the policy configs that own them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionParams {
+    /// Number of shards S.
+    pub shards: usize,
+    /// Maximum rows per shard in this partition.
+    pub cap_rows: usize,
+    /// Maximum refinement sweeps.
+    pub max_iters: usize,
+    /// Probability p of the probabilistic-fanout objective, in (0, 1].
+    pub p_fanout: f64,
+}
+
+/// What a partition run did (for tests and reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartitionStats {
+    /// Refinement sweeps run.
+    pub sweeps: usize,
+    /// Vertex moves made by refinement.
+    pub moves: usize,
+}
+
+/// Partitions `hg` into `params.shards` shards. `init[v]` is the warm-start shard of `v` or [`UNASSIGNED`].
+/// Returns the shard of every vertex.
+pub fn partition<R: Rng>(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    rng: &mut R,
+) -> (Vec<u16>, PartitionStats) {
+    let s_count = params.shards;
+    let cap = params.cap_rows.max(1);
+    let n_nets = hg.n_nets();
+    let mut part = vec![UNASSIGNED; hg.n_vertices];
+    let mut load = vec![0usize; s_count];
+    let mut phi = vec![0u32; n_nets * s_count];
+    for (v, &s) in init.iter().enumerate().take(hg.n_vertices) {
+        if (s as usize) < s_count {
+            part[v] = s;
+            load[s as usize] += 1;
+            for &n in hg.nets_of(v) {
+                phi[n as usize * s_count + s as usize] += 1;
+            }
+        }
+    }
+    // Streaming (LDG) placement of the vertices without a warm start.
+    let mut score = vec![0f64; s_count];
+    // Indexing by `v` is deliberate: `part`, `load` and `phi` all change inside the loop.
+    #[allow(clippy::needless_range_loop)]
+    for v in 0..hg.n_vertices {
+        if part[v] != UNASSIGNED {
+            continue;
+        }
+        score.fill(0.0);
+        for &n in hg.nets_of(v) {
+            let row = &phi[n as usize * s_count..(n as usize + 1) * s_count];
+            for (sc, &c) in score.iter_mut().zip(row) {
+                *sc += f64::from(c);
+            }
+        }
+        let mut best: Option<(usize, f64)> = None;
+        for s in 0..s_count {
+            if load[s] >= cap {
+                continue;
+            }
+            let sc = score[s] * (1.0 - load[s] as f64 / cap as f64);
+            let better = match best {
+                None => true,
+                Some((b, bs)) => sc > bs || (sc == bs && load[s] < load[b]),
+            };
+            if better {
+                best = Some((s, sc));
+            }
+        }
+        // Every shard at the cap can only happen when cap·S < n; fall back to the least loaded shard.
+        let s = best.map_or_else(|| least_loaded(&load), |(s, _)| s);
+        part[v] = s as u16;
+        load[s] += 1;
+        for &n in hg.nets_of(v) {
+            phi[n as usize * s_count + s] += 1;
+        }
+    }
+    // Probabilistic-fanout refinement.
+    let p = params.p_fanout.clamp(1e-6, 1.0);
+    let max_net = (0..n_nets).map(|n| hg.net(n).len()).max().unwrap_or(0);
+    let qpow: Vec<f64> = (0..=max_net + 1).map(|k| (1.0 - p).powi(i32::try_from(k).unwrap_or(i32::MAX))).collect();
+    let mut order: Vec<u32> = (0..hg.n_vertices as u32).collect();
+    let mut stats = PartitionStats::default();
+    let mut pen = vec![0f64; s_count];
+    for _ in 0..params.max_iters {
+        stats.sweeps += 1;
+        order.shuffle(rng);
+        let mut moved = 0;
+        for &v in &order {
+            let v = v as usize;
+            let nets = hg.nets_of(v);
+            if nets.is_empty() {
+                continue;
+            }
+            let a = part[v] as usize;
+            let mut base = 0.0;
+            pen.fill(0.0);
+            for &n in nets {
+                let row = &phi[n as usize * s_count..(n as usize + 1) * s_count];
+                base += qpow[row[a] as usize - 1];
+                for (pe, &c) in pen.iter_mut().zip(row) {
+                    *pe += qpow[c as usize];
+                }
+            }
+            let mut best: Option<(usize, f64)> = None;
+            for b in 0..s_count {
+                if b == a || load[b] >= cap {
+                    continue;
+                }
+                let gain = base - pen[b];
+                if gain > 1e-9 && best.is_none_or(|(_, g)| gain > g) {
+                    best = Some((b, gain));
+                }
+            }
+            if let Some((b, _)) = best {
+                part[v] = b as u16;
+                load[a] -= 1;
+                load[b] += 1;
+                for &n in nets {
+                    phi[n as usize * s_count + a] -= 1;
+                    phi[n as usize * s_count + b] += 1;
+                }
+                moved += 1;
+            }
+        }
+        stats.moves += moved;
+        if moved == 0 {
+            break;
+        }
+    }
+    (part, stats)
+}
+
+/// Index of the least loaded shard (lowest index on ties).
+pub(crate) fn least_loaded(load: &[usize]) -> usize {
+    let mut best = 0;
+    for (s, &l) in load.iter().enumerate() {
+        if l < load[best] {
+            best = s;
+        }
+    }
+    best
+}
+
+/// Mean fanout of `hg`'s nets under `part` (nets with one pin are not stored and not counted).
+#[must_use]
+pub fn mean_net_fanout(hg: &Hypergraph, part: &[u16]) -> f64 {
+    if hg.n_nets() == 0 {
+        return 1.0;
+    }
+    let mut seen: Vec<u16> = Vec::new();
+    let mut total = 0usize;
+    for n in 0..hg.n_nets() {
+        seen.clear();
+        for &v in hg.net(n) {
+            let s = part[v as usize];
+            if !seen.contains(&s) {
+                seen.push(s);
+            }
+        }
+        total += seen.len();
+    }
+    total as f64 / hg.n_nets() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::ChaCha8Rng;
+    use rand::{RngExt, SeedableRng};
+
+    use super::*;
+
+    /// Four disjoint cliques of 8 rows, each requested many times: the optimum is fanout 1 with one clique per
+    /// shard, which a random start is far from.
+    fn cliques() -> (usize, Vec<Vec<u32>>) {
+        let mut nets = Vec::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..200 {
+            let c = rng.random_range(0..4u32);
+            let mut net: Vec<u32> = (0..8).map(|i| c * 8 + i).filter(|_| rng.random::<f64>() < 0.6).collect();
+            net.dedup();
+            nets.push(net);
+        }
+        (32, nets)
+    }
+
+    #[test]
+    fn refinement_finds_the_planted_partition_from_a_bad_start() {
+        let (n, nets) = cliques();
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
+        // Round-robin warm start: every clique spread over all four shards.
+        let init: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
+        let params = PartitionParams { shards: 4, cap_rows: 9, max_iters: 20, p_fanout: 0.5 };
+        let before = mean_net_fanout(&hg, &init);
+        let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
+        let after = mean_net_fanout(&hg, &part);
+        assert!(before > 3.0, "{before}");
+        assert!(after < 1.3, "fanout {before} -> {after}, {stats:?}");
+        let mut load = [0usize; 4];
+        for &s in &part {
+            load[s as usize] += 1;
+        }
+        assert!(load.iter().all(|&l| l <= 9), "{load:?}");
+    }
+
+    #[test]
+    fn streaming_init_respects_cap_and_groups_neighbours() {
+        let (n, nets) = cliques();
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
+        let init = vec![UNASSIGNED; n];
+        let params = PartitionParams { shards: 4, cap_rows: 8, max_iters: 0, p_fanout: 0.5 };
+        let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
+        let mut load = [0usize; 4];
+        for &s in &part {
+            load[s as usize] += 1;
+        }
+        assert_eq!(load, [8, 8, 8, 8]);
+        assert!(mean_net_fanout(&hg, &part) < 2.5);
+    }
+}

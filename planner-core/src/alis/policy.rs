@@ -1,0 +1,605 @@
+//! Sharding policies: hash, range, static one-shot, periodic full re-partition, greedy incremental, light
+//! incremental (`alis-base`) and ALIS. All share [`Placement`] and its capacity rule.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+
+use rand::SeedableRng;
+use rand::rngs::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::AlisError;
+use super::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
+use super::placement::{Placement, hash_shard};
+use super::stream::Stream;
+use super::weights::SparseWeights;
+
+/// Names of all policies, in report order (the single registry the CLI reads).
+pub const POLICY_NAMES: [&str; 7] = ["hash", "range", "static", "full", "greedy", "alis-base", "alis"];
+
+/// Settings shared by all policies, with ALIS's own parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// Number of shards S (1..=4096).
+    pub shards: usize,
+    /// Balance slack ε: at most ⌈(1+ε)·rows/S⌉ rows per shard.
+    pub epsilon: f64,
+    /// Refinement sweeps of the iterative partitioner.
+    pub max_iters: usize,
+    /// p of the probabilistic-fanout objective, in (0, 1].
+    pub p_fanout: f64,
+    /// Full re-partition period in windows (`full` policy).
+    pub full_every: usize,
+    /// The paper's incremental data ratio α: fraction of the latest window's requests that the light
+    /// incremental step partitions, in (0, 1].
+    pub incr_ratio: f64,
+    /// The paper's age decay α(I), per window, in (0, 1]: all accumulated weights (ΔW and shard-set votes)
+    /// of age `a` windows count `decay^a`.
+    pub decay: f64,
+    /// Aggregate history weight β in [0, 1]: score = (1−β)·current + β·history vote.
+    pub beta: f64,
+    /// Number of previous shard sets that vote (0 disables the aggregate step).
+    pub history_sets: usize,
+    /// Slots per row of the sparse weight matrix.
+    pub top_k: usize,
+    /// Balance slack of the local (one-window) partition.
+    pub local_epsilon: f64,
+    /// Seed of the policy's random choices (partitioner visit order).
+    pub seed: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            shards: 8,
+            epsilon: 0.05,
+            max_iters: 8,
+            p_fanout: 0.5,
+            full_every: 1,
+            incr_ratio: 0.5,
+            decay: 0.5,
+            beta: 0.8,
+            history_sets: 4,
+            top_k: 4,
+            local_epsilon: 0.2,
+            seed: 0,
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Checks every field; the error names the field, its value and the allowed range.
+    pub fn validate(&self) -> Result<(), AlisError> {
+        let bad = |field: &'static str, value: String, allowed: &str| {
+            Err(AlisError::InvalidParam { field, value, allowed: allowed.to_string() })
+        };
+        if !(1..=4096).contains(&self.shards) {
+            return bad("shards", self.shards.to_string(), "1..=4096");
+        }
+        if !(self.epsilon >= 0.0 && self.epsilon <= 10.0) {
+            return bad("epsilon", self.epsilon.to_string(), "[0, 10]");
+        }
+        if !(self.local_epsilon >= 0.0 && self.local_epsilon <= 10.0) {
+            return bad("local_epsilon", self.local_epsilon.to_string(), "[0, 10]");
+        }
+        if self.max_iters > 1000 {
+            return bad("max_iters", self.max_iters.to_string(), "0..=1000");
+        }
+        if !(self.p_fanout > 0.0 && self.p_fanout <= 1.0) {
+            return bad("p_fanout", self.p_fanout.to_string(), "(0, 1]");
+        }
+        if self.full_every == 0 {
+            return bad("full_every", "0".into(), ">= 1");
+        }
+        if !(self.incr_ratio > 0.0 && self.incr_ratio <= 1.0) {
+            return bad("incr_ratio", self.incr_ratio.to_string(), "(0, 1]");
+        }
+        if !(self.decay > 0.0 && self.decay <= 1.0) {
+            return bad("decay", self.decay.to_string(), "(0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.beta) {
+            return bad("beta", self.beta.to_string(), "[0, 1]");
+        }
+        if self.history_sets > 64 {
+            return bad("history_sets", self.history_sets.to_string(), "0..=64");
+        }
+        if !(1..=64).contains(&self.top_k) {
+            return bad("top_k", self.top_k.to_string(), "1..=64");
+        }
+        Ok(())
+    }
+
+    fn partition_params(&self, rows: usize, epsilon: f64) -> PartitionParams {
+        PartitionParams {
+            shards: self.shards,
+            cap_rows: ((1.0 + epsilon) * rows as f64 / self.shards as f64).ceil().max(1.0) as usize,
+            max_iters: self.max_iters,
+            p_fanout: self.p_fanout,
+        }
+    }
+}
+
+/// A dynamic sharding policy: sees windows of requests in order and keeps a [`Placement`] of all rows seen.
+pub trait Policy {
+    /// Registry name.
+    fn name(&self) -> &'static str;
+    /// Observes requests `window` of `stream` (all earlier requests were observed before) and updates the
+    /// placement; afterwards every row occurring in requests `..window.end` is placed.
+    fn update(&mut self, stream: &Stream, window: Range<usize>);
+    /// The deployed placement.
+    fn placement(&self) -> &Placement;
+    /// Heap bytes of the policy's state (placement, weights, history).
+    fn state_bytes(&self) -> usize;
+}
+
+/// Builds the policy registered under `name`.
+pub fn make_policy(name: &str, cfg: &PolicyConfig) -> Result<Box<dyn Policy>, AlisError> {
+    cfg.validate()?;
+    let p = Placement::new(cfg.shards, cfg.epsilon);
+    Ok(match name {
+        "hash" => Box::new(HashPolicy { placement: p }),
+        "range" => Box::new(RangePolicy { placement: p, bounds: None }),
+        "static" => Box::new(FullPolicy::new(*cfg, p, true)),
+        "full" => Box::new(FullPolicy::new(*cfg, p, false)),
+        "greedy" => {
+            Box::new(GreedyPolicy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
+        }
+        "alis-base" => Box::new(AlisPolicy::new(PolicyConfig { beta: 0.0, history_sets: 0, ..*cfg }, "alis-base")?),
+        "alis" => Box::new(AlisPolicy::new(*cfg, "alis")?),
+        other => {
+            return Err(AlisError::UnknownPolicy { name: other.to_string(), known: POLICY_NAMES.join(", ") });
+        }
+    })
+}
+
+/// `id mod S`: new rows go to their hash shard (spilling only when the cap binds); rows never move.
+struct HashPolicy {
+    placement: Placement,
+}
+
+impl Policy for HashPolicy {
+    fn name(&self) -> &'static str {
+        "hash"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        self.placement.grow_hash(stream, stream.rows_known_after(window.end));
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes()
+    }
+}
+
+/// Range sharding on (table id, row id): S contiguous key ranges fixed at the first update (equal row counts
+/// of the rows known then); later rows go to their range, spilling under the cap.
+struct RangePolicy {
+    placement: Placement,
+    bounds: Option<Vec<(u32, u64)>>,
+}
+
+impl Policy for RangePolicy {
+    fn name(&self) -> &'static str {
+        "range"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        let key = |r: usize| (stream.row_table(r as u32), stream.row_key(r as u32));
+        let s_count = self.placement.shards();
+        let bounds = self.bounds.get_or_insert_with(|| {
+            let mut keys: Vec<(u32, u64)> = (0..rows).map(key).collect();
+            keys.sort_unstable();
+            (1..s_count).filter_map(|s| keys.get(s * keys.len() / s_count).copied()).collect()
+        });
+        let old = self.placement.len();
+        self.placement.grow_hash(stream, rows);
+        for r in old..rows {
+            let k = key(r);
+            let pref = bounds.partition_point(|b| *b <= k) as u16;
+            self.placement.place(r as u32, &[pref]);
+        }
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes() + self.bounds.as_ref().map_or(0, |b| b.capacity() * 16)
+    }
+}
+
+/// Static one-shot (`once`: partition the first window, then only place new rows by hash) or periodic full
+/// re-partition (every `full_every` windows, partition all requests seen so far from scratch).
+struct FullPolicy {
+    cfg: PolicyConfig,
+    placement: Placement,
+    once: bool,
+    updates: usize,
+    rng: ChaCha8Rng,
+}
+
+impl FullPolicy {
+    fn new(cfg: PolicyConfig, placement: Placement, once: bool) -> Self {
+        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, once, updates: 0 }
+    }
+}
+
+impl Policy for FullPolicy {
+    fn name(&self) -> &'static str {
+        if self.once { "static" } else { "full" }
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        let due = if self.once { self.updates == 0 } else { self.updates.is_multiple_of(self.cfg.full_every) };
+        self.updates += 1;
+        if !due {
+            self.placement.grow_hash(stream, rows);
+            return;
+        }
+        // All requests so far, with global dense ids: every known row occurs in them.
+        let hg = Hypergraph::new(rows, (0..window.end).map(|i| stream.request(i)));
+        let params = self.cfg.partition_params(rows, self.cfg.epsilon);
+        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
+        let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
+        self.placement.set_all(part);
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes()
+    }
+}
+
+/// Renames the shards of a fresh partition to maximise the rows that stay where they are (greedy matching on
+/// the overlap matrix, largest overlap first, ties by index): shard labels of a fresh partition are
+/// arbitrary, and a real system would not move rows just to rename shards.
+fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
+    let mut overlap = vec![0usize; s_count * s_count];
+    for (&n, &o) in new.iter().zip(old) {
+        overlap[n as usize * s_count + o as usize] += 1;
+    }
+    let mut pairs: Vec<(usize, usize, usize)> =
+        (0..s_count * s_count).map(|i| (overlap[i], i / s_count, i % s_count)).collect();
+    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut map = vec![u16::MAX; s_count];
+    let mut used = vec![false; s_count];
+    for (_, n, o) in pairs {
+        if map[n] == u16::MAX && !used[o] {
+            map[n] = o as u16;
+            used[o] = true;
+        }
+    }
+    new.iter().map(|&n| map[n as usize]).collect()
+}
+
+/// Shards of `row` ordered by decreasing score (ties by shard index), and the margin best − second best.
+fn ranked(scores: &mut [(u16, f64)]) -> f64 {
+    scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    match scores {
+        [] => 0.0,
+        [one] => one.1,
+        [a, b, ..] => a.1 - b.1,
+    }
+}
+
+/// Re-places `rows` in decreasing margin order (ties by row), each to its best shard with room.
+fn place_by_scores(placement: &mut Placement, mut scored: Vec<(u32, f64, Vec<u16>)>) {
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (row, _, prefs) in scored {
+        placement.place(row, &prefs);
+    }
+}
+
+/// Greedy incremental: every row of a request votes for the current shards of its co-requested rows
+/// (weight `1/(|r|−1)` per neighbour) into a decayed sparse W; touched rows go to argmax W under the cap.
+struct GreedyPolicy {
+    cfg: PolicyConfig,
+    placement: Placement,
+    weights: SparseWeights,
+}
+
+impl Policy for GreedyPolicy {
+    fn name(&self) -> &'static str {
+        "greedy"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        self.weights.age();
+        let mut count = vec![0u32; self.cfg.shards];
+        let mut touched: Vec<u32> = Vec::new();
+        for i in window {
+            let req = stream.request(i);
+            touched.extend_from_slice(req);
+            if req.len() < 2 {
+                continue;
+            }
+            count.fill(0);
+            for &r in req {
+                count[self.placement.as_slice()[r as usize] as usize] += 1;
+            }
+            let w = 1.0 / (req.len() - 1) as f64;
+            for &r in req {
+                let own = self.placement.as_slice()[r as usize] as usize;
+                for (s, &c) in count.iter().enumerate() {
+                    let c = c - u32::from(s == own);
+                    if c > 0 {
+                        self.weights.add(r, s as u16, w * f64::from(c));
+                    }
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let scored = touched
+            .into_iter()
+            .map(|r| {
+                let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
+                let m = ranked(&mut sc);
+                (r, m, sc.into_iter().map(|x| x.0).collect())
+            })
+            .collect();
+        place_by_scores(&mut self.placement, scored);
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes() + self.weights.heap_bytes()
+    }
+}
+
+/// ALIS: light incremental sharding (iterative partition of the newest `incr_ratio` of the window, warm-
+/// started from the deployed placement, accumulated into the sparse W) plus aggregate based sharding (a soft
+/// vote of the current and the last `history_sets` interim shard sets, weighted by `decay^age / C` where C is
+/// the set's fanout on the held-out part of the latest window, mixed in with weight β). With β = 0 or no
+/// history it is plain light incremental (`alis-base`).
+struct AlisPolicy {
+    name: &'static str,
+    cfg: PolicyConfig,
+    placement: Placement,
+    weights: SparseWeights,
+    rng: ChaCha8Rng,
+    /// Interim shard set: argmax W per row (the light-incremental result before aggregation).
+    interim: Vec<u16>,
+    /// Undo logs of `interim`, newest first: the rows each update changed with their previous interim
+    /// shard, and the number of rows known before that update.
+    undo: VecDeque<(usize, Vec<(u32, u16)>)>,
+}
+
+/// The latest window in local ids: rows of `D_new` first (`0..n_new_rows`), then the window's other rows.
+struct LocalWindow {
+    rows: Vec<u32>,
+    n_new_rows: usize,
+    /// Requests of `D_new` (local ids).
+    new_nets: Vec<Vec<u32>>,
+    /// Requests used to score shard sets: the window minus `D_new` (all of it when `D_new` is the whole window).
+    holdout_offsets: Vec<usize>,
+    holdout_pins: Vec<u32>,
+    local_of: HashMap<u32, u32>,
+}
+
+impl LocalWindow {
+    fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>) -> Self {
+        let mut lw = LocalWindow {
+            rows: Vec::new(),
+            n_new_rows: 0,
+            new_nets: Vec::with_capacity(d_new.len()),
+            holdout_offsets: vec![0],
+            holdout_pins: Vec::new(),
+            local_of: HashMap::new(),
+        };
+        for i in d_new.clone() {
+            let net = stream.request(i).iter().map(|&r| lw.intern(r)).collect();
+            lw.new_nets.push(net);
+        }
+        lw.n_new_rows = lw.rows.len();
+        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
+        for i in holdout {
+            for &r in stream.request(i) {
+                let l = lw.intern(r);
+                lw.holdout_pins.push(l);
+            }
+            lw.holdout_offsets.push(lw.holdout_pins.len());
+        }
+        lw
+    }
+
+    fn intern(&mut self, r: u32) -> u32 {
+        let rows = &mut self.rows;
+        *self.local_of.entry(r).or_insert_with(|| {
+            rows.push(r);
+            (rows.len() - 1) as u32
+        })
+    }
+
+    /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
+    fn holdout_fanout(&self, shard: &[u16]) -> f64 {
+        let mut seen: Vec<u16> = Vec::new();
+        let mut total = 0usize;
+        let n = self.holdout_offsets.len() - 1;
+        for q in 0..n {
+            seen.clear();
+            for &l in &self.holdout_pins[self.holdout_offsets[q]..self.holdout_offsets[q + 1]] {
+                let s = shard[l as usize];
+                if !seen.contains(&s) {
+                    seen.push(s);
+                }
+            }
+            total += seen.len();
+        }
+        (total as f64 / n.max(1) as f64).max(1.0)
+    }
+}
+
+impl AlisPolicy {
+    fn new(cfg: PolicyConfig, name: &'static str) -> Result<Self, AlisError> {
+        cfg.validate()?;
+        Ok(AlisPolicy {
+            name,
+            cfg,
+            placement: Placement::new(cfg.shards, cfg.epsilon),
+            weights: SparseWeights::new(cfg.top_k, cfg.decay)?,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            interim: Vec::new(),
+            undo: VecDeque::new(),
+        })
+    }
+
+    /// Argmax of W for `row` (ties to the lower shard), if the row has weight.
+    fn w_argmax(&self, row: u32) -> Option<u16> {
+        let mut best: Option<(u16, f64)> = None;
+        for (s, w) in self.weights.row(row) {
+            if best.is_none_or(|(bs, bw)| w > bw || (w == bw && s < bs)) {
+                best = Some((s, w));
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
+    /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
+    /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
+    fn votes(&self, stream: &Stream, lw: &LocalWindow) -> Vec<Vec<(u16, f64)>> {
+        let s_count = self.cfg.shards;
+        let known_now = self.interim.len();
+        let mut votes: Vec<Vec<(u16, f64)>> = vec![Vec::new(); lw.n_new_rows];
+        // Age 1: the interim before this update (rows unknown then are served by hash).
+        let mut cur: Vec<u16> = lw
+            .rows
+            .iter()
+            .map(|&r| self.interim.get(r as usize).copied().unwrap_or_else(|| hash_shard(stream, r, s_count)))
+            .collect();
+        // Age 0: this update's interim (argmax W for `D_new` rows, unchanged elsewhere).
+        let mut now = cur.clone();
+        for (l, &r) in lw.rows[..lw.n_new_rows].iter().enumerate() {
+            if let Some(s) = self.w_argmax(r) {
+                now[l] = s;
+            }
+        }
+        let mut add = |set: &[u16], known: usize, weight: f64| {
+            for (l, v) in votes.iter_mut().enumerate() {
+                if (lw.rows[l] as usize) < known {
+                    let s = set[l];
+                    match v.iter_mut().find(|x| x.0 == s) {
+                        Some(x) => x.1 += weight,
+                        None => v.push((s, weight)),
+                    }
+                }
+            }
+        };
+        add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now));
+        let mut known = known_now;
+        let mut decay = 1.0;
+        for age in 1..=self.cfg.history_sets {
+            if age > 1 {
+                let Some((known_before, log)) = self.undo.get(age - 2) else {
+                    break;
+                };
+                for &(row, old) in log {
+                    if let Some(&l) = lw.local_of.get(&row) {
+                        cur[l as usize] = old;
+                    }
+                }
+                known = *known_before;
+                for (l, &r) in lw.rows.iter().enumerate() {
+                    if r as usize >= known {
+                        cur[l] = hash_shard(stream, r, s_count);
+                    }
+                }
+            }
+            if known == 0 {
+                break;
+            }
+            decay *= self.cfg.decay;
+            add(&cur, known, decay / lw.holdout_fanout(&cur));
+        }
+        votes
+    }
+}
+
+impl Policy for AlisPolicy {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let known_before = self.placement.len();
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize).clamp(1, window.len().max(1));
+        let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
+        let lw = LocalWindow::new(stream, &window, &d_new);
+        let n_local = lw.n_new_rows;
+        // Warm start from the deployed placement; rows first seen in this update start unassigned.
+        let init: Vec<u16> = lw.rows[..n_local]
+            .iter()
+            .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
+            .collect();
+        let hg = Hypergraph::new(n_local, lw.new_nets.iter().map(Vec::as_slice));
+        let params = self.cfg.partition_params(n_local, self.cfg.local_epsilon);
+        let (local, _) = partition(&hg, &init, &params, &mut self.rng);
+        // ΔW = 1 on the local result; older evidence decays by `decay` per window.
+        self.weights.age();
+        for (l, &r) in lw.rows[..n_local].iter().enumerate() {
+            self.weights.add(r, local[l], 1.0);
+        }
+        let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw)) } else { None };
+        let beta = self.cfg.beta;
+        let scored = lw.rows[..n_local]
+            .iter()
+            .enumerate()
+            .map(|(l, &r)| {
+                let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
+                let w_sum: f64 = sc.iter().map(|x| x.1).sum();
+                for x in &mut sc {
+                    x.1 = (1.0 - beta) * (x.1 / w_sum);
+                }
+                if let Some(v) = votes.as_ref().map(|v| &v[l])
+                    && !v.is_empty()
+                {
+                    let v_sum: f64 = v.iter().map(|x| x.1).sum();
+                    for &(s, w) in v {
+                        let add = beta * (w / v_sum);
+                        match sc.iter_mut().find(|x| x.0 == s) {
+                            Some(x) => x.1 += add,
+                            None => sc.push((s, add)),
+                        }
+                    }
+                }
+                let m = ranked(&mut sc);
+                (r, m, sc.into_iter().map(|x| x.0).collect::<Vec<u16>>())
+            })
+            .collect();
+        place_by_scores(&mut self.placement, scored);
+        // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
+        if self.cfg.history_sets > 0 {
+            let old_len = self.interim.len();
+            self.interim.extend_from_slice(&self.placement.as_slice()[old_len..rows]);
+            let mut log = Vec::new();
+            for &r in &lw.rows[..n_local] {
+                if let Some(s) = self.w_argmax(r) {
+                    let old = self.interim[r as usize];
+                    if old != s {
+                        self.interim[r as usize] = s;
+                        log.push((r, old));
+                    }
+                }
+            }
+            self.undo.push_front((old_len, log));
+            self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
+        }
+    }
+
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    fn state_bytes(&self) -> usize {
+        let undo: usize = self.undo.iter().map(|(_, m)| m.capacity() * 8).sum();
+        self.placement.heap_bytes() + self.weights.heap_bytes() + self.interim.capacity() * 2 + undo
+    }
+}

@@ -1,0 +1,185 @@
+//! Model cards: what a trained cost profile is, where its numbers came from, and how to feed it.
+//!
+//! A *profile* is one card (JSON) plus the ONNX graphs it names: the compute model as a per-table
+//! encoder and a head (so planners keep per-device vector sums), the end-to-end compute graph (padded
+//! set + mask, for running the model elsewhere), and forward/backward comm models per device count.
+//! planner-core refuses a card whose schema, feature names, normalisation or graph shapes do not match
+//! what this build computes ([`crate::Error::ModelSchemaMismatch`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, Normalisation};
+
+/// Schema tag of model cards.
+pub const CARD_SCHEMA: &str = "shardplan.model-card/v1";
+
+/// Layer widths of the compute model: per-table encoder and head (SPEC section 5).
+pub const ENCODER_WIDTHS: [usize; 3] = [20, 128, 32];
+/// Head widths (input = encoder output).
+pub const HEAD_WIDTHS: [usize; 3] = [32, 64, 1];
+/// Hidden widths of a comm model (input = D or 2·D, output = D).
+pub const COMM_HIDDEN: [usize; 4] = [128, 64, 32, 16];
+
+/// Accuracy of a model on one split, in the model's output unit (ms).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitMetrics {
+    /// Samples in the split.
+    pub samples: usize,
+    /// Mean squared error, ms².
+    pub mse: f64,
+    /// Mean absolute error, ms.
+    pub mae: f64,
+    /// Mean absolute percentage error, %.
+    pub mape_pct: f64,
+}
+
+/// The dataset a model was trained on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetInfo {
+    /// File name(s) of the dataset as shipped.
+    pub files: Vec<String>,
+    /// SHA-256 of the dataset bytes (hex), in file order, concatenated.
+    pub sha256: String,
+    /// Records used.
+    pub samples: usize,
+}
+
+/// The compute model of a profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeCard {
+    /// Feature schema of the encoder input.
+    pub feature_schema: FeatureSchema,
+    /// Feature names in order (checked against the schema).
+    pub feature_names: Vec<String>,
+    /// z-score applied to raw features before the encoder.
+    pub normalisation: Normalisation,
+    /// Encoder graph file (input `features` [N, 20] → output `embedding` [N, 32]).
+    pub encoder_file: String,
+    /// Head graph file (input `set_sum` [N, 32] → output `cost_ms` [N, 1]).
+    pub head_file: String,
+    /// End-to-end graph file (inputs `features` [B, T, 20], `mask` [B, T] → `cost_ms` [B, 1]).
+    pub end_to_end_file: String,
+    /// Batch size (bags per table) of the measurements.
+    pub batch_size: u32,
+    /// Metrics per named evaluation (e.g. `random/test`, `unseen/test`, `analytical/random/test`).
+    pub metrics: BTreeMap<String, SplitMetrics>,
+    /// Training data.
+    pub dataset: DatasetInfo,
+}
+
+/// One device count's comm models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommCard {
+    /// Device count D the models are for.
+    pub devices: usize,
+    /// z-score of the backward model input (D dim sums).
+    pub bw_normalisation: Normalisation,
+    /// z-score of the forward model input (D dim sums, then D delays in ms).
+    pub fw_normalisation: Normalisation,
+    /// Backward graph file (input `x` [N, D] → `comm_ms` [N, D]).
+    pub bw_file: String,
+    /// Forward graph file (input `x` [N, 2D] → `comm_ms` [N, D]).
+    pub fw_file: String,
+    /// Metrics per named evaluation (e.g. `bw/test`, `fw/test`).
+    pub metrics: BTreeMap<String, SplitMetrics>,
+    /// Training data.
+    pub dataset: DatasetInfo,
+}
+
+/// A trained cost profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCard {
+    /// Always [`CARD_SCHEMA`].
+    pub schema: String,
+    /// Profile name (selects it: `--cost-model <name>`).
+    pub name: String,
+    /// What the hardware was, as the collector recorded it (backend, fingerprint, devices, software).
+    pub hardware: serde_json::Value,
+    /// Output unit of every model.
+    pub units: String,
+    /// Version of the trainer that wrote it.
+    pub trainer_version: String,
+    /// Seed of the training run.
+    pub seed: u64,
+    /// The command that reproduces the profile.
+    pub command: String,
+    /// The compute model.
+    pub compute: ComputeCard,
+    /// Comm models, one per device count.
+    pub comm: Vec<CommCard>,
+}
+
+impl ModelCard {
+    /// Parses and checks a card against what this build computes.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let card: Self = serde_json::from_str(text)
+            .map_err(|e| Error::Parse { context: "model card".into(), message: e.to_string() })?;
+        card.check()?;
+        Ok(card)
+    }
+
+    /// Refuses a card whose schema does not match this build.
+    pub fn check(&self) -> Result<()> {
+        let mismatch = |what: &str, expected: String, found: String| {
+            Err(Error::ModelSchemaMismatch { model: self.name.clone(), what: what.into(), expected, found })
+        };
+        if self.schema != CARD_SCHEMA {
+            return mismatch("card schema", CARD_SCHEMA.into(), self.schema.clone());
+        }
+        if self.units != "ms" {
+            return mismatch("units", "ms".into(), self.units.clone());
+        }
+        let c = &self.compute;
+        if c.feature_schema != FeatureSchema::NeuroShard20 {
+            return mismatch("compute feature schema", "neuro_shard20".into(), format!("{:?}", c.feature_schema));
+        }
+        let names = FeatureSchema::NeuroShard20.names();
+        if c.feature_names != names {
+            return mismatch("compute feature names", names.join(","), c.feature_names.join(","));
+        }
+        let n = names.len();
+        if c.normalisation.mean.len() != n || c.normalisation.std.len() != n {
+            return mismatch(
+                "compute normalisation length",
+                n.to_string(),
+                format!("mean {} / std {}", c.normalisation.mean.len(), c.normalisation.std.len()),
+            );
+        }
+        check_norm(&self.name, "compute normalisation", &c.normalisation)?;
+        for comm in &self.comm {
+            let d = comm.devices;
+            if comm.bw_normalisation.mean.len() != d || comm.fw_normalisation.mean.len() != 2 * d {
+                return mismatch(
+                    "comm normalisation length",
+                    format!("{d} (backward) and {} (forward)", 2 * d),
+                    format!("{} and {}", comm.bw_normalisation.mean.len(), comm.fw_normalisation.mean.len()),
+                );
+            }
+            check_norm(&self.name, "comm backward normalisation", &comm.bw_normalisation)?;
+            check_norm(&self.name, "comm forward normalisation", &comm.fw_normalisation)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_norm(model: &str, what: &str, n: &Normalisation) -> Result<()> {
+    let ok = n.mean.len() == n.std.len()
+        && n.mean.iter().all(|m| m.is_finite())
+        && n.std.iter().all(|s| s.is_finite() && *s > 0.0);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::ModelSchemaMismatch {
+            model: model.into(),
+            what: what.into(),
+            expected: "finite means and positive standard deviations of equal length".into(),
+            found: format!("{} means, {} stds", n.mean.len(), n.std.len()),
+        })
+    }
+}

@@ -1,0 +1,340 @@
+//! Learned cost models run through tract (native and wasm32), loaded from bytes.
+//!
+//! The compute model is a set model: per-table encoder (20, 128, 32 wide, `ReLU` between), a *sum*
+//! over the set, and a head (32, 64, 1 wide, `ReLU` between), predicting milliseconds (SPEC section 5). Because
+//! the set representation is a sum, [`NeuralModel`] embeds each distinct piece once (cached by its
+//! feature vector), evaluates a device's set by adding vectors and running only the head, and caches
+//! set costs by the multiset of pieces. Comm models are plain MLPs per device count.
+//!
+//! tract was chosen as the runtime because the same crate runs the ONNX graphs natively and in a
+//! browser; ONNX keeps the models inspectable and runnable elsewhere (onnxruntime, PyTorch).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use tract_onnx::prelude::{Framework, InferenceModelExt, IntoRunnable, Tensor, TypedRunnableModel, tvec};
+
+use super::card::{CommCard, ENCODER_WIDTHS, HEAD_WIDTHS, ModelCard};
+use super::{AnalyticalModel, CostModel, PieceRef};
+use crate::error::{Error, Result};
+use crate::features::{NEUROSHARD_LEN, Normalisation, neuroshard_raw};
+
+/// Width of a piece embedding.
+pub const EMBED_LEN: usize = ENCODER_WIDTHS[2];
+
+type Runnable = std::sync::Arc<TypedRunnableModel>;
+
+/// One loaded ONNX graph with a single `[N, in]` input and a single `[N, out]` output.
+pub struct Graph {
+    name: String,
+    plan: Runnable,
+    input_width: usize,
+    output_width: usize,
+}
+
+impl Graph {
+    /// Loads and optimises an ONNX graph, checking it maps `[1, input_width]` to `[1, output_width]`.
+    pub fn load(model: &str, what: &str, bytes: &[u8], input_width: usize, output_width: usize) -> Result<Self> {
+        let err = |e: &dyn std::fmt::Display| Error::CostModel { model: model.into(), message: format!("{what}: {e}") };
+        let plan = tract_onnx::onnx()
+            .model_for_read(&mut &bytes[..])
+            .and_then(InferenceModelExt::into_optimized)
+            .and_then(IntoRunnable::into_runnable)
+            .map_err(|e| err(&format!("{e:#}")))?;
+        let g = Self { name: format!("{model}/{what}"), plan, input_width, output_width };
+        let probe = g.run(1, &vec![0.0; input_width]).map_err(|e| Error::ModelSchemaMismatch {
+            model: model.into(),
+            what: format!("{what} graph shape"),
+            expected: format!("[N, {input_width}] -> [N, {output_width}]"),
+            found: e.to_string(),
+        })?;
+        if probe.len() != output_width {
+            return Err(Error::ModelSchemaMismatch {
+                model: model.into(),
+                what: format!("{what} graph output"),
+                expected: format!("{output_width} values per row"),
+                found: format!("{} values", probe.len()),
+            });
+        }
+        Ok(g)
+    }
+
+    /// Runs `rows` rows of `input_width` values; returns `rows × output_width` values.
+    pub fn run(&self, rows: usize, data: &[f32]) -> Result<Vec<f32>> {
+        let err = |m: String| Error::CostModel { model: self.name.clone(), message: m };
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let input = Tensor::from_shape(&[rows, self.input_width], data).map_err(|e| err(format!("{e:#}")))?;
+        let out = self.plan.run(tvec!(input.into())).map_err(|e| err(format!("{e:#}")))?;
+        let first = out.first().ok_or_else(|| err("graph returned no output".into()))?;
+        let view = first.to_plain_array_view::<f32>().map_err(|e| err(format!("{e:#}")))?;
+        let values: Vec<f32> = view.iter().copied().collect();
+        if values.len() != rows * self.output_width || values.iter().any(|v| !v.is_finite()) {
+            return Err(err(format!(
+                "expected {} finite outputs for {rows} rows, got {} (shape {:?})",
+                rows * self.output_width,
+                values.len(),
+                view.shape()
+            )));
+        }
+        Ok(values)
+    }
+}
+
+/// Bit-exact identity of a piece as the compute model sees it (its raw features).
+type PieceKey = [u64; NEUROSHARD_LEN];
+
+/// Raw NeuroShard features of a piece. A row-wise piece is priced as a table of its own rows serving
+/// its share of the lookups (pooling factor × row fraction) with the table's access distribution —
+/// an approximation: the bins of a row range are not measured separately.
+#[must_use]
+pub fn piece_raw(p: &PieceRef<'_>) -> [f64; NEUROSHARD_LEN] {
+    let mut f = neuroshard_raw(p.table, p.dim);
+    f[1] = p.pooling_factor();
+    f[2] = p.rows as f64;
+    f
+}
+
+fn piece_key(p: &PieceRef<'_>) -> PieceKey {
+    piece_raw(p).map(f64::to_bits)
+}
+
+/// Cache statistics of a [`NeuralModel`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    /// Set-cost lookups answered from the cache.
+    pub set_hits: u64,
+    /// Set-cost lookups that ran the head.
+    pub set_misses: u64,
+    /// Distinct pieces embedded.
+    pub pieces_embedded: u64,
+}
+
+#[derive(Default)]
+struct Caches {
+    piece_ids: HashMap<PieceKey, u32>,
+    embeddings: Vec<[f32; EMBED_LEN]>,
+    sets: HashMap<Vec<u32>, f64>,
+    stats: CacheStats,
+}
+
+struct CommGraphs {
+    card: CommCard,
+    bw: Graph,
+    fw: Graph,
+}
+
+/// A trained profile as a [`CostModel`].
+pub struct NeuralModel {
+    card: ModelCard,
+    encoder: Graph,
+    head: Graph,
+    comm: BTreeMap<usize, CommGraphs>,
+    comm_fallback: Option<AnalyticalModel>,
+    caches: Mutex<Caches>,
+    use_set_cache: bool,
+}
+
+impl NeuralModel {
+    /// Loads a profile: its card and a lookup from the file names the card gives to their bytes.
+    pub fn from_profile<'a>(card_json: &str, file: impl Fn(&str) -> Option<&'a [u8]>) -> Result<Self> {
+        let card = ModelCard::from_json(card_json)?;
+        let get = |f: &str| {
+            file(f).ok_or_else(|| Error::CostModel {
+                model: card.name.clone(),
+                message: format!("the card names file {f:?}, which the profile does not contain"),
+            })
+        };
+        let c = &card.compute;
+        let encoder = Graph::load(&card.name, "compute encoder", get(&c.encoder_file)?, ENCODER_WIDTHS[0], EMBED_LEN)?;
+        let head = Graph::load(&card.name, "compute head", get(&c.head_file)?, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
+        let mut comm = BTreeMap::new();
+        for cc in &card.comm {
+            let d = cc.devices;
+            let bw = Graph::load(&card.name, &format!("bw comm D={d}"), get(&cc.bw_file)?, d, d)?;
+            let fw = Graph::load(&card.name, &format!("fw comm D={d}"), get(&cc.fw_file)?, 2 * d, d)?;
+            comm.insert(d, CommGraphs { card: cc.clone(), bw, fw });
+        }
+        Ok(Self {
+            card,
+            encoder,
+            head,
+            comm,
+            comm_fallback: None,
+            caches: Mutex::new(Caches::default()),
+            use_set_cache: true,
+        })
+    }
+
+    /// Uses `fallback` for device counts the profile has no comm models for (the name says so).
+    #[must_use]
+    pub fn with_comm_fallback(mut self, fallback: AnalyticalModel) -> Self {
+        self.comm_fallback = Some(fallback);
+        self
+    }
+
+    /// Turns the set-cost cache on or off (results are identical; only speed differs).
+    #[must_use]
+    pub fn with_set_cache(mut self, on: bool) -> Self {
+        self.use_set_cache = on;
+        self
+    }
+
+    /// The profile's card.
+    #[must_use]
+    pub fn card(&self) -> &ModelCard {
+        &self.card
+    }
+
+    /// Device counts with comm models.
+    #[must_use]
+    pub fn comm_device_counts(&self) -> Vec<usize> {
+        self.comm.keys().copied().collect()
+    }
+
+    /// Cache statistics so far.
+    #[must_use]
+    pub fn cache_stats(&self) -> CacheStats {
+        self.caches.lock().map(|c| c.stats).unwrap_or_default()
+    }
+
+    /// Normalised encoder inputs of pieces, row-major `[n, 20]`.
+    fn encoder_input(norm: &Normalisation, pieces: &[PieceRef<'_>]) -> Vec<f32> {
+        pieces.iter().flat_map(|p| norm.apply(&piece_raw(p))).collect()
+    }
+
+    /// Embeds pieces through the encoder graph (no cache).
+    pub fn embed(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<[f32; EMBED_LEN]>> {
+        let input = Self::encoder_input(&self.card.compute.normalisation, pieces);
+        let out = self.encoder.run(pieces.len(), &input)?;
+        Ok(out
+            .chunks_exact(EMBED_LEN)
+            .map(|c| {
+                let mut v = [0.0; EMBED_LEN];
+                v.copy_from_slice(c);
+                v
+            })
+            .collect())
+    }
+
+    /// Runs the head on set sums; costs in ms, clamped at 0 (a step never takes negative time).
+    pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
+        let input: Vec<f32> = sums.iter().flatten().copied().collect();
+        Ok(self.head.run(sums.len(), &input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+    }
+
+    /// Interns pieces, embedding the ones never seen; returns their ids.
+    fn intern(&self, caches: &mut Caches, pieces: &[PieceRef<'_>]) -> Result<Vec<u32>> {
+        let keys: Vec<PieceKey> = pieces.iter().map(piece_key).collect();
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if !caches.piece_ids.contains_key(k) && !missing.iter().any(|&j| keys[j] == *k) {
+                missing.push(i);
+            }
+        }
+        if !missing.is_empty() {
+            let new: Vec<PieceRef<'_>> = missing.iter().map(|&i| pieces[i]).collect();
+            for (i, emb) in missing.iter().zip(self.embed(&new)?) {
+                let id = caches.embeddings.len() as u32;
+                caches.embeddings.push(emb);
+                caches.piece_ids.insert(keys[*i], id);
+                caches.stats.pieces_embedded += 1;
+            }
+        }
+        Ok(keys.iter().map(|k| caches.piece_ids.get(k).copied().unwrap_or(0)).collect())
+    }
+
+    fn comm_for(&self, d: usize) -> Result<Option<&CommGraphs>> {
+        match self.comm.get(&d) {
+            Some(g) => Ok(Some(g)),
+            None if self.comm_fallback.is_some() => Ok(None),
+            None => Err(Error::CostModel {
+                model: self.card.name.clone(),
+                message: format!(
+                    "no comm model for {d} devices (profile has {:?}); collect comm samples for D={d} or allow the analytical comm fallback",
+                    self.comm_device_counts()
+                ),
+            }),
+        }
+    }
+}
+
+impl CostModel for NeuralModel {
+    fn name(&self) -> String {
+        match &self.comm_fallback {
+            Some(_) => format!("neural:{}+analytical-comm", self.card.name),
+            None => format!("neural:{}", self.card.name),
+        }
+    }
+
+    fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64> {
+        Ok(self.compute_many_ms(&[set])?.first().copied().unwrap_or(0.0))
+    }
+
+    fn compute_many_ms(&self, sets: &[&[PieceRef<'_>]]) -> Result<Vec<f64>> {
+        let mut caches = self.caches.lock().map_err(|_| Error::CostModel {
+            model: self.card.name.clone(),
+            message: "cache lock poisoned by an earlier failure".into(),
+        })?;
+        let mut out = vec![0.0; sets.len()];
+        let mut todo: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (i, set) in sets.iter().enumerate() {
+            let mut ids = self.intern(&mut caches, set)?;
+            ids.sort_unstable();
+            match self.use_set_cache.then(|| caches.sets.get(&ids).copied()).flatten() {
+                Some(c) => {
+                    out[i] = c;
+                    caches.stats.set_hits += 1;
+                }
+                None => todo.push((i, ids)),
+            }
+        }
+        if !todo.is_empty() {
+            let sums: Vec<[f32; EMBED_LEN]> = todo
+                .iter()
+                .map(|(_, ids)| {
+                    let mut s = [0.0f32; EMBED_LEN];
+                    for &id in ids {
+                        for (a, b) in s.iter_mut().zip(&caches.embeddings[id as usize]) {
+                            *a += b;
+                        }
+                    }
+                    s
+                })
+                .collect();
+            let costs = self.head_ms(&sums)?;
+            for ((i, ids), c) in todo.into_iter().zip(costs) {
+                out[i] = c;
+                caches.stats.set_misses += 1;
+                if self.use_set_cache {
+                    caches.sets.insert(ids, c);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>> {
+        match (self.comm_for(dims.len())?, &self.comm_fallback) {
+            (Some(g), _) => {
+                let x = g.card.bw_normalisation.apply(dims);
+                Ok(g.bw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+            }
+            (None, Some(f)) => f.bw_comm_ms(dims),
+            (None, None) => Ok(Vec::new()),
+        }
+    }
+
+    fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> Result<Vec<f64>> {
+        match (self.comm_for(dims.len())?, &self.comm_fallback) {
+            (Some(g), _) => {
+                let raw: Vec<f64> = dims.iter().chain(delays_ms).copied().collect();
+                let x = g.card.fw_normalisation.apply(&raw);
+                Ok(g.fw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+            }
+            (None, Some(f)) => f.fw_comm_ms(dims, delays_ms),
+            (None, None) => Ok(Vec::new()),
+        }
+    }
+}

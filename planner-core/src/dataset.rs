@@ -1,0 +1,450 @@
+//! Cost datasets: the JSON Lines records the collector writes and the trainer reads (SPEC section 4).
+//!
+//! One line = one self-contained [`CostRecord`]: schema version, the hardware that measured it, the
+//! backend, batch size, dtype, the full feature record of every table (not pool indices), every timed
+//! repetition and their median. The collector appends one line per sample and flushes it, so a
+//! killed run leaves at most one truncated last line: [`complete_prefix_len`] finds where the intact
+//! part ends so the writer can cut the rest before resuming.
+//!
+//! Readers go through [`parse_dataset`], which refuses records of another schema version and, unless
+//! asked to mix, records measured on different hardware than the first one: a cost model trained on
+//! two machines at once predicts neither.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, neuroshard_raw};
+use crate::table::{ElementType, TableInput, TableSpec};
+
+/// Schema tag of every dataset record.
+pub const DATASET_SCHEMA: &str = "shardplan.costs/v1";
+
+/// Which backend measured a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// CPU threads (a CPU profile: useful to exercise the pipeline, not a GPU stand-in).
+    Cpu,
+    /// NVIDIA GPUs through CUDA and NCCL.
+    Cuda,
+}
+
+impl BackendKind {
+    /// Lower-case name, as on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+        }
+    }
+}
+
+/// The hardware a record was measured on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    /// Backend used.
+    pub backend: BackendKind,
+    /// Stable identity: records with different fingerprints come from different hardware or software
+    /// stacks and are not mixed unless the reader asks to.
+    pub fingerprint: String,
+    /// Device names (one per device used; the CPU model for the CPU backend).
+    pub devices: Vec<String>,
+    /// Driver / runtime versions or the thread count, free text for humans.
+    pub software: String,
+}
+
+/// How a sample was timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protocol {
+    /// Untimed runs before the timed ones.
+    pub warmup: u32,
+    /// Timed runs (each kept in the record).
+    pub reps: u32,
+    /// Whether the cache was flushed before every timed run (device L2 on CUDA, last-level cache on CPU).
+    pub cache_flush: bool,
+}
+
+/// Every timed repetition of one quantity and their median.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timings {
+    /// Each repetition, in run order, in milliseconds.
+    pub reps_ms: Vec<f64>,
+    /// Median of `reps_ms` (mean of the two middle values for an even count).
+    pub median_ms: f64,
+}
+
+impl Timings {
+    /// Timings from repetitions; the median is computed here so it always matches them.
+    #[must_use]
+    pub fn from_reps(reps_ms: Vec<f64>) -> Self {
+        let median_ms = median(&reps_ms);
+        Self { reps_ms, median_ms }
+    }
+}
+
+/// Median of `values` (NaN for an empty slice; mean of the two middle values for an even count).
+#[must_use]
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { f64::midpoint(v[n / 2 - 1], v[n / 2]) }
+}
+
+/// One table of a compute sample: its full record and its raw feature vector.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableRecord {
+    /// The table as a validated-on-read record (rows, dim, pooling factor, bins, dtype).
+    pub table: TableInput,
+    /// Raw (unnormalised) features in the order of [`CostRecord::feature_schema`].
+    pub features: Vec<f64>,
+}
+
+impl TableRecord {
+    /// The record of `table` (its whole dim).
+    #[must_use]
+    pub fn new(table: &TableSpec) -> Self {
+        Self { table: TableInput::from(table), features: neuroshard_raw(table, table.dim).to_vec() }
+    }
+}
+
+/// What a record measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Measurement {
+    /// One fused forward + backward (with SGD update) over a set of tables on one device.
+    Compute {
+        /// The tables of the set.
+        tables: Vec<TableRecord>,
+        /// Forward (lookup + sum pooling).
+        fwd: Timings,
+        /// Backward (gradient + fused SGD update).
+        bwd: Timings,
+        /// Forward + backward of the same repetition.
+        total: Timings,
+    },
+    /// Forward and backward all-to-all of pooled outputs across devices.
+    Comm {
+        /// Dims of the tables on each device.
+        device_dims: Vec<Vec<u32>>,
+        /// Sum of each device's dims.
+        dim_sums: Vec<u64>,
+        /// Start delay of each device for the forward exchange, ms (min 0).
+        delays_ms: Vec<f64>,
+        /// Forward all-to-all time of each device (elapsed minus its delay).
+        fw: Vec<Timings>,
+        /// Backward all-to-all time of each device (no delays).
+        bw: Vec<Timings>,
+    },
+}
+
+/// Which collection run a record belongs to (checked on resume, kept for provenance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunInfo {
+    /// Base seed; sample `i` uses `task_seed(seed, i)`.
+    pub seed: u64,
+    /// Where the tables came from: `dlrm_t856` or `file:<name>#<fnv64 of its bytes>`.
+    pub pool: String,
+    /// This shard's index.
+    pub shard_index: u32,
+    /// Number of shards; the shard owns global indices `i` with `i % shard_count == shard_index`.
+    pub shard_count: u32,
+}
+
+/// One self-contained line of a cost dataset.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostRecord {
+    /// Always [`DATASET_SCHEMA`].
+    pub schema: String,
+    /// Global sample index within the run (unique across shards).
+    pub sample_index: u64,
+    /// The run.
+    pub run: RunInfo,
+    /// The hardware.
+    pub hardware: Hardware,
+    /// Bags per table (samples in the batch).
+    pub batch_size: u32,
+    /// Weight element type.
+    pub dtype: ElementType,
+    /// Feature schema of `tables[].features`.
+    pub feature_schema: FeatureSchema,
+    /// Timing protocol.
+    pub protocol: Protocol,
+    /// What was measured.
+    pub measurement: Measurement,
+}
+
+impl CostRecord {
+    /// `"compute"` or `"comm"`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self.measurement {
+            Measurement::Compute { .. } => "compute",
+            Measurement::Comm { .. } => "comm",
+        }
+    }
+
+    /// Validates one parsed record: schema tag, table records, repetition counts and medians.
+    pub fn validate(&self, context: &str) -> Result<()> {
+        if self.schema != DATASET_SCHEMA {
+            return Err(Error::field(
+                context,
+                "schema",
+                format!("{:?}", self.schema),
+                format!("{DATASET_SCHEMA:?} (this reader does not convert other dataset versions)"),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(Error::field(context, "batch_size", 0, "a positive integer"));
+        }
+        let check_timings = |field: &str, t: &Timings| -> Result<()> {
+            if t.reps_ms.len() != self.protocol.reps as usize || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                return Err(Error::field(
+                    context,
+                    field,
+                    format!("{} repetitions", t.reps_ms.len()),
+                    format!("{} finite non-negative repetitions (protocol.reps)", self.protocol.reps),
+                ));
+            }
+            if (median(&t.reps_ms) - t.median_ms).abs() > 1e-9 * t.median_ms.abs().max(1.0) {
+                return Err(Error::field(context, format!("{field}.median_ms"), t.median_ms, "the median of reps_ms"));
+            }
+            Ok(())
+        };
+        match &self.measurement {
+            Measurement::Compute { tables, fwd, bwd, total } => {
+                if tables.is_empty() {
+                    return Err(Error::field(context, "tables", 0, "at least one table"));
+                }
+                for (i, t) in tables.iter().enumerate() {
+                    t.table.clone().validate(i).map_err(|e| Error::Parse {
+                        context: format!("{context}: tables[{i}]"),
+                        message: e.to_string(),
+                    })?;
+                    if t.features.len() != self.feature_schema.len() {
+                        return Err(Error::field(
+                            context,
+                            format!("tables[{i}].features"),
+                            format!("{} values", t.features.len()),
+                            format!("{} values ({:?})", self.feature_schema.len(), self.feature_schema),
+                        ));
+                    }
+                }
+                check_timings("fwd", fwd)?;
+                check_timings("bwd", bwd)?;
+                check_timings("total", total)?;
+            }
+            Measurement::Comm { device_dims, dim_sums, delays_ms, fw, bw } => {
+                let d = device_dims.len();
+                if d == 0 || dim_sums.len() != d || delays_ms.len() != d || fw.len() != d || bw.len() != d {
+                    return Err(Error::field(
+                        context,
+                        "device_dims/dim_sums/delays_ms/fw/bw",
+                        format!("lengths {d}/{}/{}/{}/{}", dim_sums.len(), delays_ms.len(), fw.len(), bw.len()),
+                        "one entry per device, at least one device",
+                    ));
+                }
+                for (r, dims) in device_dims.iter().enumerate() {
+                    let sum: u64 = dims.iter().map(|&x| u64::from(x)).sum();
+                    if sum != dim_sums[r] {
+                        return Err(Error::field(
+                            context,
+                            format!("dim_sums[{r}]"),
+                            dim_sums[r],
+                            format!("{sum}, the sum of device_dims[{r}]"),
+                        ));
+                    }
+                }
+                for (r, t) in fw.iter().enumerate() {
+                    check_timings(&format!("fw[{r}]"), t)?;
+                }
+                for (r, t) in bw.iter().enumerate() {
+                    check_timings(&format!("bw[{r}]"), t)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Length in bytes of the intact part of a dataset text: every line that ends with `\n`. A last line
+/// without its newline was cut by a kill (the writer emits line and newline in one write and flushes),
+/// so it is not part of the intact prefix even if it happens to parse.
+#[must_use]
+pub fn complete_prefix_len(text: &str) -> usize {
+    text.rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// How [`parse_dataset`] treats records from different hardware.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HardwarePolicy {
+    /// Every record must have the hardware fingerprint of the first one.
+    #[default]
+    Single,
+    /// Accept records from any hardware (the caller groups them itself).
+    Mix,
+}
+
+/// Parses and validates a dataset (JSON Lines). `source` names it in errors; blank lines are skipped.
+/// A truncated last line is refused with a hint to resume (which repairs it) or cut it.
+pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result<Vec<CostRecord>> {
+    let intact = complete_prefix_len(text);
+    if !text[intact..].trim().is_empty() {
+        let line = text[..intact].lines().count() + 1;
+        return Err(Error::Parse {
+            context: format!("{source} line {line}"),
+            message: "the last line is truncated (the run was killed mid-write); resume the run with --resume, \
+                      which repairs it, or delete that line"
+                .into(),
+        });
+    }
+    let mut records: Vec<CostRecord> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let context = format!("{source} line {}", i + 1);
+        let schema = serde_json::from_str::<serde_json::Value>(line)
+            .map_err(|e| Error::Parse { context: context.clone(), message: e.to_string() })?
+            .get("schema")
+            .and_then(|s| s.as_str().map(str::to_owned));
+        if schema.as_deref() != Some(DATASET_SCHEMA) {
+            return Err(Error::field(
+                &context,
+                "schema",
+                format!("{schema:?}"),
+                format!("{DATASET_SCHEMA:?} (this reader does not convert other dataset versions)"),
+            ));
+        }
+        let record: CostRecord = serde_json::from_str(line)
+            .map_err(|e| Error::Parse { context: context.clone(), message: e.to_string() })?;
+        record.validate(&context)?;
+        if policy == HardwarePolicy::Single
+            && let Some(first) = records.first()
+            && first.hardware.fingerprint != record.hardware.fingerprint
+        {
+            return Err(Error::field(
+                &context,
+                "hardware.fingerprint",
+                format!("{:?}", record.hardware.fingerprint),
+                format!(
+                    "{:?} like the first record: records from different hardware are not mixed unless asked to",
+                    first.hardware.fingerprint
+                ),
+            ));
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// FNV-1a 64-bit hash: a stable fingerprint of bytes (table files, kernel sources), the same on every
+/// platform and Rust version, unlike `std`'s hasher.
+#[must_use]
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::dlrm_pool;
+
+    fn record(index: u64, fingerprint: &str) -> CostRecord {
+        let t = dlrm_pool().unwrap()[3].at_dim("t3".into(), 16, ElementType::Fp32).unwrap();
+        CostRecord {
+            schema: DATASET_SCHEMA.into(),
+            sample_index: index,
+            run: RunInfo { seed: 1, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1 },
+            hardware: Hardware {
+                backend: BackendKind::Cpu,
+                fingerprint: fingerprint.into(),
+                devices: vec!["cpu".into()],
+                software: String::new(),
+            },
+            batch_size: 16,
+            dtype: ElementType::Fp32,
+            feature_schema: FeatureSchema::NeuroShard20,
+            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false },
+            measurement: Measurement::Compute {
+                tables: vec![TableRecord::new(&t)],
+                fwd: Timings::from_reps(vec![1.0, 3.0, 2.0]),
+                bwd: Timings::from_reps(vec![1.0, 1.0, 1.0]),
+                total: Timings::from_reps(vec![2.0, 4.0, 3.0]),
+            },
+        }
+    }
+
+    fn lines(records: &[CostRecord]) -> String {
+        records.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect()
+    }
+
+    #[test]
+    fn round_trips_and_validates() {
+        let text = lines(&[record(0, "a"), record(1, "a")]);
+        let back = parse_dataset("d", &text, HardwarePolicy::Single).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].sample_index, 1);
+        assert_eq!(back[0].kind(), "compute");
+        let Measurement::Compute { fwd, .. } = &back[0].measurement else { panic!("compute") };
+        assert_eq!(fwd.median_ms, 2.0);
+    }
+
+    #[test]
+    fn refuses_other_schema_and_mixed_hardware_unless_asked() {
+        let mut old = record(0, "a");
+        old.schema = "shardplan.costs/v0".into();
+        let e = parse_dataset("d", &lines(&[old]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("`schema`") && e.contains("v0") && e.contains("line 1"), "{e}");
+
+        let text = lines(&[record(0, "gpu-a"), record(1, "gpu-b")]);
+        let e = parse_dataset("d", &text, HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("gpu-b") && e.contains("gpu-a"), "{e}");
+        assert_eq!(parse_dataset("d", &text, HardwarePolicy::Mix).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn detects_a_truncated_last_line() {
+        let full = lines(&[record(0, "a"), record(1, "a")]);
+        let cut = &full[..full.len() - 10];
+        let e = parse_dataset("d", cut, HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("truncated"), "{e}");
+        let keep = complete_prefix_len(cut);
+        assert_eq!(parse_dataset("d", &cut[..keep], HardwarePolicy::Single).unwrap().len(), 1);
+        // A whole record without its newline is still a cut line: the writer always ends lines.
+        assert_eq!(complete_prefix_len(&full[..full.len() - 1]), keep);
+    }
+
+    #[test]
+    fn refuses_a_median_that_does_not_match_its_reps() {
+        let mut r = record(0, "a");
+        if let Measurement::Compute { fwd, .. } = &mut r.measurement {
+            fwd.median_ms = 9.0;
+        }
+        let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("fwd.median_ms"), "{e}");
+    }
+
+    #[test]
+    fn median_and_hash_are_stable() {
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

@@ -1,0 +1,885 @@
+//! A faithful port of TorchRec 1.9's default planner (`EmbeddingShardingPlanner`, torchrec 1.9.2)
+//! for the sharding types shardplan models: table-wise, column-wise and row-wise, all on HBM with the
+//! fused kernel. It reproduces TorchRec's own decisions, so it plans with TorchRec's inputs and
+//! estimates, not with the [`CostModel`](crate::cost::CostModel) it is handed.
+//!
+//! Pipeline (each step as in `torchrec/distributed/planner/`):
+//! 1. **Storage reservation** (`HeuristicalStorageReservation`, `storage_reservations.py`): per rank,
+//!    `int((1 - 0.15) · hbm_cap) − dense − kjt`, with `dense` = 6 × the non-embedding parameters (0 for a
+//!    bare `EmbeddingBagCollection`; [`TorchRecConfig::dense_tensor_bytes`]) and
+//!    `kjt = ceil(Σ_t pf_t · B · 8) · 20` (20 copies of the int64 input indices of a per-rank batch `B`).
+//! 2. **Enumeration** (`EmbeddingEnumerator`, `sharding_plan.py`): per table, in TorchRec's sharder order,
+//!    table-wise (one shard), column-wise (blocks of the first multiple of 4 in `[128, dim)` dividing the
+//!    dim, else the whole dim: `MIN_CW_DIM`), row-wise (one shard per rank, `ceil(rows / W)` rows each,
+//!    the remainder on the last non-empty rank; in proportion to the HBM caps when caps differ).
+//! 3. **Perf estimate** (`estimator/estimator.py`, `EmbeddingPerfEstimatorConfig`), per shard of `d`
+//!    columns, `bi = pf · B`, `bo = min(1, pf) · B`, world size `W`, element size `e`, in ms:
+//!    * table-/column-wise: `fwd_compute = (ceil(bi·W·8) + bi·W·max(d, 32)·e + bo·W·d·e) · penalty / hbm_bw`,
+//!      `penalty` = 1 (d ≥ 128), 1.15 (64 ≤ d < 128), 1.75 (d < 64); `fwd_comms = bwd_comms = bo·W·d·e / a2a_bw`;
+//!    * row-wise: `fwd_compute = (ceil(bi/W·W·8) + bi/W·W·d·e + bo·W·d·e) / hbm_bw`,
+//!      `fwd_comms = bo·W·d·e / reduce_scatter_bw`, `bwd_comms = bo·W·d·e / all_gather_bw + bo·W·d·e · 2.455 / hbm_bw`;
+//!    * all: `bwd_compute = 2 · fwd_compute`, `input_dist_comms = ceil(bi·W·8) / a2a_bw` (reported, not in the
+//!      total), `prefetch_compute = 0`; `total = fwd_compute + bwd_compute + fwd_comms + bwd_comms + prefetch`.
+//! 4. **Storage estimate** (`EmbeddingStorageEstimator`), per shard: `rows·cols·e` (+ TorchRec's optimizer
+//!    multiplier) `+ input + output` with `input = ceil(bi·W·8)` (row-wise: `ceil(bi/W·W·8)`, 0 for an
+//!    empty shard) and `output = ceil(bo·W·cols·e)` (table-wise: the table's dim).
+//! 5. **Proposers** (`proposers.py`), in order: grid search (only when the product of option counts is at
+//!    most 10,000), greedy by max shard perf, greedy by summed shard perf, uniform (one sharding type for
+//!    every table). A proposal already tried is not partitioned again.
+//! 6. **Partitioner** (`GreedyPerfPartitioner`, sort by storage): row-wise shards go to their own rank;
+//!    then table-/column-wise options, largest total storage first (ties: table order), each shard onto
+//!    the rank with the lowest summed perf (ties: local rank, then rank) where it fits.
+//! 7. **Objective** (`NoopPerfModel`): max over ranks of the summed shard perf totals; the first plan with
+//!    the strictly lowest objective wins.
+//!
+//! Batch convention: TorchRec plans with a per-rank batch (`BATCH_SIZE` = 512) multiplied by the world
+//! size inside its formulas, while shardplan's analytical model takes the global batch (65,536). This
+//! planner keeps TorchRec's per-rank batch ([`TorchRecConfig::batch_size_per_rank`]) so its decisions are
+//! TorchRec's; the plans it returns are then priced by whatever cost model the caller evaluates them with.
+//!
+//! Floating-point operations follow TorchRec's order, so shard perfs and storages match TorchRec's to the
+//! last bit on the committed fixtures (`tests/fixtures/torchrec/`).
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::{PlanContext, Planner};
+use crate::error::{Error, Result};
+use crate::plan::{Piece, Plan};
+use crate::table::{OptimizerState, TableSpec};
+use crate::task::Task;
+
+/// TorchRec `BATCH_SIZE`: default per-rank batch.
+pub const BATCH_SIZE: u64 = 512;
+/// TorchRec `HBM_MEM_BW`: 897 GiB/s, in bytes per ms (the fused kernel's device bandwidth).
+pub const HBM_MEM_BW: f64 = 897.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
+/// TorchRec `INTRA_NODE_BANDWIDTH`: 600 GiB/s, in bytes per ms.
+pub const INTRA_NODE_BANDWIDTH: f64 = 600.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
+/// TorchRec `CROSS_NODE_BANDWIDTH`: 12.5 GiB/s, in bytes per ms.
+pub const CROSS_NODE_BANDWIDTH: f64 = 12.5 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
+/// TorchRec `BIGINT_DTYPE`: bytes per input index (int64).
+pub const BIGINT_DTYPE: u64 = 8;
+/// TorchRec `MIN_CW_DIM`: smallest column-wise block.
+pub const MIN_CW_DIM: u32 = 128;
+/// TorchRec `FULL_BLOCK_EMB_DIM`.
+pub const FULL_BLOCK_EMB_DIM: u32 = 128;
+/// TorchRec `HALF_BLOCK_PENALTY` (64 ≤ dim < 128).
+pub const HALF_BLOCK_PENALTY: f64 = 1.15;
+/// TorchRec `QUARTER_BLOCK_PENALTY` (dim < 64).
+pub const QUARTER_BLOCK_PENALTY: f64 = 1.75;
+/// TorchRec `BWD_COMPUTE_MULTIPLIER`.
+pub const BWD_COMPUTE_MULTIPLIER: f64 = 2.0;
+/// TorchRec `BATCHED_COPY_PERF_FACTOR` (row-wise backward copy).
+pub const BATCHED_COPY_PERF_FACTOR: f64 = 2.455;
+/// Minimum columns a table-wise lookup reads ("minimum embedding dim is set to 32 due to kernel usage").
+pub const MIN_LOOKUP_DIM: u32 = 32;
+/// `heuristical_storage_reservation_percentage` of `EmbeddingShardingPlanner`.
+pub const STORAGE_RESERVATION_PERCENTAGE: f64 = 0.15;
+/// `HeuristicalStorageReservation`'s KJT multiplier: 2 pipelined batches × 10 internal copies.
+pub const KJT_STORAGE_MULTIPLIER: u64 = 20;
+/// `GridSearchProposer`'s `MAX_PROPOSALS`.
+pub const MAX_GRID_PROPOSALS: u128 = 10_000;
+
+/// A sharding type of TorchRec that this port enumerates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardingType {
+    /// The whole table on one rank.
+    TableWise,
+    /// Column blocks, each on a rank.
+    ColumnWise,
+    /// Contiguous row ranges, one per rank.
+    RowWise,
+}
+
+impl ShardingType {
+    /// TorchRec's name (`table_wise`, ...).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TableWise => "table_wise",
+            Self::ColumnWise => "column_wise",
+            Self::RowWise => "row_wise",
+        }
+    }
+
+    /// Parses TorchRec's name.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "table_wise" => Ok(Self::TableWise),
+            "column_wise" => Ok(Self::ColumnWise),
+            "row_wise" => Ok(Self::RowWise),
+            _ => Err(Error::field(
+                "torchrec",
+                "sharding_type",
+                format!("{text:?}"),
+                "one of table_wise, column_wise, row_wise",
+            )),
+        }
+    }
+
+    /// Whether TorchRec places it shard by shard (`PartitionByType.DEVICE`) rather than one shard per
+    /// rank (`UNIFORM`).
+    #[must_use]
+    pub fn by_device(self) -> bool {
+        !matches!(self, Self::RowWise)
+    }
+}
+
+/// TorchRec's `Perf` of one shard, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Perf {
+    /// Forward lookup and pooling.
+    pub fwd_compute: f64,
+    /// Forward output communication.
+    pub fwd_comms: f64,
+    /// Backward compute (gradient and fused optimizer).
+    pub bwd_compute: f64,
+    /// Backward communication (row-wise: plus the batched copy).
+    pub bwd_comms: f64,
+    /// Input distribution (reported by TorchRec, not part of [`Perf::total`]).
+    pub input_dist_comms: f64,
+    /// Cache prefetch (0 for fused HBM kernels).
+    pub prefetch_compute: f64,
+}
+
+impl Perf {
+    /// TorchRec's `Perf.total`, summed in its order.
+    #[must_use]
+    pub fn total(&self) -> f64 {
+        self.fwd_compute + self.bwd_compute + self.fwd_comms + self.bwd_comms + self.prefetch_compute
+    }
+
+    fn add(&mut self, o: &Self) {
+        self.fwd_compute += o.fwd_compute;
+        self.fwd_comms += o.fwd_comms;
+        self.bwd_compute += o.bwd_compute;
+        self.bwd_comms += o.bwd_comms;
+        self.input_dist_comms += o.input_dist_comms;
+        self.prefetch_compute += o.prefetch_compute;
+    }
+}
+
+/// One shard of a sharding option: `sizes = [rows, cols]` at `offsets = [row, col]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shard {
+    /// `[row offset, column offset]`.
+    pub offsets: [u64; 2],
+    /// `[rows, columns]`.
+    pub sizes: [u64; 2],
+    /// Estimated perf.
+    pub perf: Perf,
+    /// Estimated HBM bytes.
+    pub storage_hbm: u64,
+}
+
+/// One way to shard one table (TorchRec's `ShardingOption` with the fused kernel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardingOption {
+    /// Index of the table in the task.
+    pub table_id: usize,
+    /// How it is sharded.
+    pub sharding_type: ShardingType,
+    /// Its shards.
+    pub shards: Vec<Shard>,
+}
+
+impl ShardingOption {
+    /// Sum of the shards' HBM bytes (`total_storage`).
+    #[must_use]
+    pub fn total_storage_hbm(&self) -> u64 {
+        self.shards.iter().map(|s| s.storage_hbm).sum()
+    }
+
+    /// `_sharding_option_score`: the max shard perf total (`use_depth`), else their sum.
+    #[must_use]
+    pub fn score(&self, use_depth: bool) -> f64 {
+        if use_depth {
+            self.shards.iter().map(|s| s.perf.total()).fold(f64::NEG_INFINITY, f64::max)
+        } else {
+            self.shards.iter().fold(0.0, |acc, s| acc + s.perf.total())
+        }
+    }
+}
+
+/// Inputs of TorchRec's planner that shardplan's task does not carry; defaults are TorchRec's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TorchRecConfig {
+    /// Per-rank batch (`BATCH_SIZE`, 512).
+    pub batch_size_per_rank: u64,
+    /// Device memory bandwidth in bytes per ms (`HBM_MEM_BW`).
+    pub hbm_mem_bw: f64,
+    /// Intra-host bandwidth in bytes per ms (`INTRA_NODE_BANDWIDTH`).
+    pub intra_host_bw: f64,
+    /// Inter-host bandwidth in bytes per ms (`CROSS_NODE_BANDWIDTH`).
+    pub inter_host_bw: f64,
+    /// Ranks per host; `None` = all ranks on one host (TorchRec's default when `local_world_size` is unset).
+    pub local_world_size: Option<usize>,
+    /// `HeuristicalStorageReservation` percentage (0.15).
+    pub storage_reservation_percentage: f64,
+    /// HBM reserved per rank for dense parameters (TorchRec: 6 × the non-embedding parameter bytes; 0 for
+    /// a bare `EmbeddingBagCollection`).
+    pub dense_tensor_bytes: u64,
+    /// Sharding types to enumerate (always in TorchRec's order: table-wise, column-wise, row-wise).
+    pub sharding_types: Vec<ShardingType>,
+}
+
+impl Default for TorchRecConfig {
+    fn default() -> Self {
+        Self {
+            batch_size_per_rank: BATCH_SIZE,
+            hbm_mem_bw: HBM_MEM_BW,
+            intra_host_bw: INTRA_NODE_BANDWIDTH,
+            inter_host_bw: CROSS_NODE_BANDWIDTH,
+            local_world_size: None,
+            storage_reservation_percentage: STORAGE_RESERVATION_PERCENTAGE,
+            dense_tensor_bytes: 0,
+            sharding_types: vec![ShardingType::TableWise, ShardingType::ColumnWise, ShardingType::RowWise],
+        }
+    }
+}
+
+impl TorchRecConfig {
+    fn validate(&self, world: usize) -> Result<usize> {
+        let ctx = "torchrec planner config";
+        if self.batch_size_per_rank == 0 {
+            return Err(Error::field(ctx, "batch_size_per_rank", 0, "at least 1"));
+        }
+        for (field, v) in [
+            ("hbm_mem_bw", self.hbm_mem_bw),
+            ("intra_host_bw", self.intra_host_bw),
+            ("inter_host_bw", self.inter_host_bw),
+        ] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(Error::field(ctx, field, v, "a positive bandwidth in bytes per ms"));
+            }
+        }
+        let p = self.storage_reservation_percentage;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::field(ctx, "storage_reservation_percentage", p, "a fraction in [0, 1]"));
+        }
+        if self.sharding_types.is_empty() {
+            return Err(Error::field(ctx, "sharding_types", "[]", "at least one of table_wise, column_wise, row_wise"));
+        }
+        match self.local_world_size {
+            Some(0) => Err(Error::field(ctx, "local_world_size", 0, "at least 1")),
+            Some(l) => Ok(l),
+            None => Ok(world),
+        }
+    }
+
+    fn comms_bw(&self, world: usize, local: usize) -> f64 {
+        // BasicCommsBandwidths.get_bw for all-to-all, reduce-scatter and all-gather.
+        if world <= local { self.intra_host_bw } else { self.inter_host_bw }
+    }
+}
+
+/// The outcome of planning: the chosen option of every table with its ranks, and TorchRec's numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TorchRecOutcome {
+    /// Chosen option per table (in table order) and the rank of each of its shards.
+    pub options: Vec<(ShardingOption, Vec<usize>)>,
+    /// `NoopPerfModel.rate`: max over ranks of summed shard perf totals, ms.
+    pub objective_ms: f64,
+    /// HBM bytes per rank left for embeddings after the storage reservation.
+    pub reserved_hbm_bytes: Vec<i64>,
+    /// Proposals partitioned (TorchRec's `_num_proposals`).
+    pub num_proposals: usize,
+    /// Proposals that fit (`_num_plans`).
+    pub num_plans: usize,
+}
+
+impl TorchRecOutcome {
+    /// The outcome as a shardplan [`Plan`]: table-wise → one piece, column-wise → one piece per block,
+    /// row-wise → one piece per non-empty row range.
+    pub fn to_plan(&self, task: &Task) -> Result<Plan> {
+        let mut pieces = Vec::new();
+        for (opt, ranks) in &self.options {
+            let dim = task.tables.get(opt.table_id).map(|t| t.dim).unwrap_or_default();
+            for (s, &rank) in opt.shards.iter().zip(ranks) {
+                match opt.sharding_type {
+                    ShardingType::TableWise | ShardingType::ColumnWise => {
+                        pieces.push(Piece::cols(opt.table_id, s.offsets[1] as u32, s.sizes[1] as u32, rank));
+                    }
+                    ShardingType::RowWise if s.sizes[0] > 0 => {
+                        pieces.push(Piece::row_range(opt.table_id, dim, rank, s.offsets[0], s.sizes[0]));
+                    }
+                    ShardingType::RowWise => {}
+                }
+            }
+        }
+        Plan::new(task, pieces)
+    }
+}
+
+/// Per-table quantities every estimate uses.
+struct TableInputs {
+    batch_inputs: f64,
+    batch_outputs: f64,
+    elem: u64,
+}
+
+fn table_inputs(t: &TableSpec, batch: u64) -> TableInputs {
+    // input_lengths = [pf], num_poolings = [1.0], batch_sizes = [B]; sum() of one term.
+    let b = batch as f64;
+    TableInputs {
+        batch_inputs: t.pooling_factor * 1.0 * b,
+        batch_outputs: t.pooling_factor.min(1.0) * 1.0 * b,
+        elem: t.dtype.bytes(),
+    }
+}
+
+fn block_usage_penalty(dim: u64) -> f64 {
+    if dim < u64::from(FULL_BLOCK_EMB_DIM) {
+        if dim >= 64 { HALF_BLOCK_PENALTY } else { QUARTER_BLOCK_PENALTY }
+    } else {
+        1.0
+    }
+}
+
+/// Byte counts as signed numbers (TorchRec's storage arithmetic may go negative); every count here is
+/// far below `i64::MAX` (rows ≤ 2^40, dim ≤ 2^16), so saturation never happens in practice.
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// `ceil` of a non-negative float as TorchRec's `math.ceil` (an integer).
+fn ceil_u64(x: f64) -> u64 {
+    x.ceil() as u64
+}
+
+/// TorchRec's `_get_optimizer_multipler` applied to a shard's tensor bytes (SGD/none: 0; Adam: 2;
+/// row-wise Adagrad: 1/dim, i.e. one element per row in the weights' dtype).
+fn optimizer_bytes(t: &TableSpec, tensor_bytes: u64) -> u64 {
+    let mult = match t.optimizer {
+        OptimizerState::None => return 0,
+        OptimizerState::Adam => 2.0,
+        OptimizerState::RowwiseAdagrad => 1.0 / f64::from(t.dim),
+    };
+    ceil_u64(tensor_bytes as f64 * mult)
+}
+
+/// The perf of one shard of `cols` columns.
+fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64, world: usize, local: usize) -> Perf {
+    let w = world as f64;
+    let e = x.elem as f64;
+    let d = cols as f64;
+    let comms_bw = cfg.comms_bw(world, local);
+    let out = x.batch_outputs * w * d * e;
+    let input_dist_comms = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64 / comms_bw;
+    // `compute_size = c1·input + c2·lookup + c3·output + c4·hash_size` with the default coefficients
+    // (1, 1, 1, 0), written out so the rounding follows TorchRec's evaluation order.
+    let (fwd_compute, bwd_comms) = match st {
+        ShardingType::TableWise | ShardingType::ColumnWise => {
+            let input_read = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64;
+            let lookup = x.batch_inputs * w * cols.max(u64::from(MIN_LOOKUP_DIM)) as f64 * e;
+            let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
+            (size * block_usage_penalty(cols) / cfg.hbm_mem_bw, out / comms_bw)
+        }
+        ShardingType::RowWise => {
+            let input_read = ceil_u64(x.batch_inputs / w * w * BIGINT_DTYPE as f64) as f64;
+            let lookup = x.batch_inputs / w * w * d * e;
+            let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
+            (size * 1.0 / cfg.hbm_mem_bw, out / comms_bw + out * BATCHED_COPY_PERF_FACTOR / cfg.hbm_mem_bw)
+        }
+    };
+    Perf {
+        fwd_compute,
+        fwd_comms: out / comms_bw,
+        bwd_compute: fwd_compute * BWD_COMPUTE_MULTIPLIER + 0.0,
+        bwd_comms,
+        input_dist_comms,
+        prefetch_compute: 0.0,
+    }
+}
+
+/// The HBM bytes of one shard (`calculate_shard_storages`, training, no pipeline).
+fn shard_storage(st: ShardingType, t: &TableSpec, x: &TableInputs, sizes: [u64; 2], world: usize) -> u64 {
+    let w = world as f64;
+    let tensor = x.elem * sizes[0] * sizes[1];
+    let empty = sizes[0] * sizes[1] == 0;
+    let (input, output) = match st {
+        ShardingType::TableWise => (
+            ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64),
+            ceil_u64(x.batch_outputs * w * f64::from(t.dim) * x.elem as f64),
+        ),
+        ShardingType::ColumnWise => (
+            ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64),
+            ceil_u64(x.batch_outputs * w * sizes[1] as f64 * x.elem as f64),
+        ),
+        ShardingType::RowWise if empty => (0, 0),
+        ShardingType::RowWise => (
+            ceil_u64(x.batch_inputs / w * w * BIGINT_DTYPE as f64),
+            ceil_u64(x.batch_outputs * w * sizes[1] as f64 * x.elem as f64),
+        ),
+    };
+    tensor + optimizer_bytes(t, tensor) + (input + output)
+}
+
+/// `_get_block_size_for_cw_shard` with no `min_partition` constraint.
+fn column_block(dim: u32) -> u32 {
+    let base = (MIN_CW_DIM..dim).find(|&i| dim.is_multiple_of(i) && i.is_multiple_of(4)).unwrap_or(dim);
+    let block = base.min(dim);
+    if dim.is_multiple_of(block) { block } else { dim }
+}
+
+/// Row counts per rank: `_calculate_rw_shard_sizes_and_offsets`, or the uneven variant (in proportion
+/// to the HBM caps) when the caps differ, as TorchRec does with a custom topology.
+fn row_split(rows: u64, caps: &[u64]) -> Vec<u64> {
+    let n = caps.len();
+    if caps.iter().all(|&c| c == caps[0]) {
+        let block = (rows as f64 / n as f64).ceil() as u64;
+        let last_rank = rows / block;
+        let last_block = rows - block * last_rank;
+        (0..n as u64)
+            .map(|r| match r.cmp(&last_rank) {
+                std::cmp::Ordering::Less => block,
+                std::cmp::Ordering::Equal => last_block,
+                std::cmp::Ordering::Greater => 0,
+            })
+            .collect()
+    } else {
+        let total: u64 = caps.iter().sum();
+        let mut done = 0;
+        let mut out: Vec<u64> = caps[..n - 1]
+            .iter()
+            .map(|&c| {
+                let r = (rows as f64 * (c as f64 / total as f64)) as u64;
+                done += r;
+                r
+            })
+            .collect();
+        out.push(rows - done);
+        out
+    }
+}
+
+/// Enumerates and estimates every option of every table (TorchRec's search space), per table in
+/// TorchRec's order: table-wise, column-wise, row-wise (those enabled in `cfg`).
+pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOption>>> {
+    let caps = task.devices.mem_cap_bytes();
+    let world = caps.len();
+    let local = cfg.validate(world)?;
+    let mut types = cfg.sharding_types.clone();
+    types.sort_unstable();
+    types.dedup();
+    let mut out = Vec::with_capacity(task.tables.len());
+    for (table_id, t) in task.tables.iter().enumerate() {
+        let x = table_inputs(t, cfg.batch_size_per_rank);
+        let mut options = Vec::with_capacity(types.len());
+        for &st in &types {
+            let geometry: Vec<([u64; 2], [u64; 2])> = match st {
+                ShardingType::TableWise => vec![([0, 0], [t.rows, u64::from(t.dim)])],
+                ShardingType::ColumnWise => {
+                    let b = column_block(t.dim);
+                    (0..t.dim / b).map(|k| ([0, u64::from(k * b)], [t.rows, u64::from(b)])).collect()
+                }
+                ShardingType::RowWise => {
+                    let mut offset = 0;
+                    row_split(t.rows, caps)
+                        .into_iter()
+                        .map(|r| {
+                            let g = ([offset, 0], [r, u64::from(t.dim)]);
+                            offset += r;
+                            g
+                        })
+                        .collect()
+                }
+            };
+            let shards = geometry
+                .into_iter()
+                .map(|(offsets, sizes)| Shard {
+                    offsets,
+                    sizes,
+                    perf: shard_perf(cfg, st, &x, sizes[1], world, local),
+                    storage_hbm: shard_storage(st, t, &x, sizes, world),
+                })
+                .collect();
+            options.push(ShardingOption { table_id, sharding_type: st, shards });
+        }
+        out.push(options);
+    }
+    Ok(out)
+}
+
+/// `HeuristicalStorageReservation.reserve`: HBM bytes per rank left for embedding shards.
+pub fn reserve_storage(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<i64>> {
+    cfg.validate(task.devices.count())?;
+    let b = cfg.batch_size_per_rank as f64;
+    let batch_inputs = task.tables.iter().fold(0.0, |acc, t| acc + t.pooling_factor * b);
+    let kjt = ceil_u64(batch_inputs * BIGINT_DTYPE as f64) * KJT_STORAGE_MULTIPLIER;
+    let reserved: Vec<i64> = task
+        .devices
+        .mem_cap_bytes()
+        .iter()
+        .map(|&cap| {
+            ((1.0 - cfg.storage_reservation_percentage) * cap as f64) as i64
+                - signed(cfg.dense_tensor_bytes)
+                - signed(kjt)
+        })
+        .collect();
+    if reserved[0] < 0 {
+        return Err(Error::NoPlan {
+            planner: "torchrec".into(),
+            reason: format!(
+                "rank 0 has {} bytes of HBM after reserving {:.0}% of {} bytes, {} bytes of dense parameters and {kjt} bytes of input indices (HeuristicalStorageReservation)",
+                reserved[0],
+                cfg.storage_reservation_percentage * 100.0,
+                task.devices.mem_cap_bytes()[0],
+                cfg.dense_tensor_bytes
+            ),
+        });
+    }
+    Ok(reserved)
+}
+
+/// State of one rank during partitioning.
+#[derive(Clone)]
+struct Rank {
+    hbm: i64,
+    perf: Perf,
+}
+
+/// `GreedyPerfPartitioner.partition`: ranks of every shard of every option of `proposal`, or `None`
+/// when a shard fits nowhere.
+fn partition(
+    space: &[Vec<ShardingOption>],
+    proposal: &[usize],
+    reserved: &[i64],
+    local: usize,
+) -> Option<Vec<Vec<usize>>> {
+    let mut ranks: Vec<Rank> = reserved.iter().map(|&hbm| Rank { hbm, perf: Perf::default() }).collect();
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); proposal.len()];
+    // Uniform (row-wise) options first: shard i on rank i.
+    for (t, &o) in proposal.iter().enumerate() {
+        let opt = &space[t][o];
+        if opt.sharding_type.by_device() {
+            continue;
+        }
+        if opt.shards.len() != ranks.len() {
+            return None;
+        }
+        for (i, s) in opt.shards.iter().enumerate() {
+            let need = signed(s.storage_hbm);
+            if need > ranks[i].hbm {
+                return None;
+            }
+            ranks[i].hbm -= need;
+            ranks[i].perf.add(&s.perf);
+            out[t].push(i);
+        }
+    }
+    // Device-partitioned options, largest total storage first (stable: table order on ties).
+    let mut order: Vec<usize> =
+        (0..proposal.len()).filter(|&t| space[t][proposal[t]].sharding_type.by_device()).collect();
+    order.sort_by(|&a, &b| space[b][proposal[b]].total_storage_hbm().cmp(&space[a][proposal[a]].total_storage_hbm()));
+    for t in order {
+        for s in &space[t][proposal[t]].shards {
+            let need = signed(s.storage_hbm);
+            let best = (0..ranks.len()).filter(|&r| need <= ranks[r].hbm).min_by(|&a, &b| {
+                ranks[a]
+                    .perf
+                    .total()
+                    .total_cmp(&ranks[b].perf.total())
+                    .then((a % local).cmp(&(b % local)))
+                    .then(a.cmp(&b))
+            })?;
+            ranks[best].hbm -= need;
+            ranks[best].perf.add(&s.perf);
+            out[t].push(best);
+        }
+    }
+    Some(out)
+}
+
+/// `NoopPerfModel.rate`.
+fn rate(space: &[Vec<ShardingOption>], proposal: &[usize], ranks_of: &[Vec<usize>], world: usize) -> f64 {
+    let mut perfs = vec![0.0f64; world];
+    for (t, &o) in proposal.iter().enumerate() {
+        for (s, &r) in space[t][o].shards.iter().zip(&ranks_of[t]) {
+            perfs[r] += s.perf.total();
+        }
+    }
+    perfs.into_iter().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// Option indices of one table sorted by score (stable).
+fn sorted_by_score(options: &[ShardingOption], use_depth: bool) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..options.len()).collect();
+    idx.sort_by(|&a, &b| options[a].score(use_depth).total_cmp(&options[b].score(use_depth)));
+    idx
+}
+
+/// TorchRec's default proposers, as iterators over proposals (an option index per table).
+enum Proposer {
+    Grid { sorted: Vec<Vec<usize>>, odometer: Option<Vec<usize>> },
+    Greedy { sorted: Vec<Vec<usize>>, current: Option<Vec<usize>> },
+    Uniform { proposals: Vec<Vec<usize>>, next: usize },
+}
+
+impl Proposer {
+    fn grid(space: &[Vec<ShardingOption>]) -> Self {
+        let sorted: Vec<Vec<usize>> = space.iter().map(|o| sorted_by_score(o, true)).collect();
+        let mut total: u128 = 1;
+        for s in &sorted {
+            total = total.saturating_mul(s.len() as u128);
+        }
+        let odometer = (total <= MAX_GRID_PROPOSALS && total > 0).then(|| vec![0; sorted.len()]);
+        Self::Grid { sorted, odometer }
+    }
+
+    fn greedy(space: &[Vec<ShardingOption>], use_depth: bool) -> Self {
+        let sorted: Vec<Vec<usize>> = space.iter().map(|o| sorted_by_score(o, use_depth)).collect();
+        Self::Greedy { current: Some(vec![0; sorted.len()]), sorted }
+    }
+
+    fn uniform(space: &[Vec<ShardingOption>]) -> Self {
+        // Sharding types in order of first appearance in the search space; a type is proposed when
+        // every table has it (each table has at most one option per type here).
+        let mut types: Vec<ShardingType> = Vec::new();
+        for o in space.iter().flatten() {
+            if !types.contains(&o.sharding_type) {
+                types.push(o.sharding_type);
+            }
+        }
+        let proposals = types
+            .into_iter()
+            .filter_map(|st| space.iter().map(|opts| opts.iter().position(|o| o.sharding_type == st)).collect())
+            .collect();
+        Self::Uniform { proposals, next: 0 }
+    }
+
+    fn propose(&self) -> Option<Vec<usize>> {
+        match self {
+            Self::Grid { sorted, odometer } => {
+                odometer.as_ref().map(|idx| idx.iter().zip(sorted).map(|(&i, s)| s[i]).collect())
+            }
+            Self::Greedy { sorted, current } => {
+                current.as_ref().map(|idx| idx.iter().zip(sorted).map(|(&i, s)| s[i]).collect())
+            }
+            Self::Uniform { proposals, next } => proposals.get(*next).cloned(),
+        }
+    }
+
+    fn feedback(&mut self, space: &[Vec<ShardingOption>]) {
+        match self {
+            Self::Grid { sorted, odometer } => {
+                if let Some(idx) = odometer {
+                    // itertools.product order: the last table varies fastest.
+                    let mut k = idx.len();
+                    loop {
+                        if k == 0 {
+                            *odometer = None;
+                            break;
+                        }
+                        k -= 1;
+                        idx[k] += 1;
+                        if idx[k] < sorted[k].len() {
+                            break;
+                        }
+                        idx[k] = 0;
+                    }
+                }
+            }
+            Self::Greedy { sorted, current } => {
+                let Some(idx) = current else { return };
+                // Advance the table whose current option has the largest (max shard HBM, summed HBM).
+                let mut largest: Option<usize> = None;
+                let mut largest_storage = (0u64, 0u64);
+                for (t, &i) in idx.iter().enumerate() {
+                    if i + 1 < sorted[t].len() {
+                        let opt = &space[t][sorted[t][i]];
+                        let storage =
+                            (opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0), opt.total_storage_hbm());
+                        if storage > largest_storage {
+                            largest = Some(t);
+                            largest_storage = storage;
+                        }
+                    }
+                }
+                match largest {
+                    Some(t) => idx[t] += 1,
+                    None => *current = None,
+                }
+            }
+            Self::Uniform { next, .. } => *next += 1,
+        }
+    }
+}
+
+/// Runs TorchRec's planner on `task`.
+pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcome> {
+    let world = task.devices.count();
+    let local = cfg.validate(world)?;
+    let reserved = reserve_storage(task, cfg)?;
+    let space = enumerate(task, cfg)?;
+    let mut proposers = [
+        Proposer::grid(&space),
+        Proposer::greedy(&space, true),
+        Proposer::greedy(&space, false),
+        Proposer::uniform(&space),
+    ];
+    let mut tried: HashSet<Vec<usize>> = HashSet::new();
+    let mut best: Option<(f64, Vec<usize>, Vec<Vec<usize>>)> = None;
+    let (mut num_proposals, mut num_plans) = (0, 0);
+    let mut lowest_storage = u64::MAX;
+    for proposer in &mut proposers {
+        while let Some(proposal) = proposer.propose() {
+            if tried.contains(&proposal) {
+                proposer.feedback(&space);
+                continue;
+            }
+            num_proposals += 1;
+            if let Some(ranks_of) = partition(&space, &proposal, &reserved, local) {
+                num_plans += 1;
+                let rating = rate(&space, &proposal, &ranks_of, world);
+                if best.as_ref().is_none_or(|(b, _, _)| rating < *b) {
+                    best = Some((rating, proposal.clone(), ranks_of));
+                }
+            } else {
+                let storage: u64 = proposal.iter().enumerate().map(|(t, &o)| space[t][o].total_storage_hbm()).sum();
+                lowest_storage = lowest_storage.min(storage);
+            }
+            tried.insert(proposal);
+            proposer.feedback(&space);
+        }
+    }
+    let Some((objective_ms, proposal, ranks_of)) = best else {
+        let available: i64 = reserved.iter().sum();
+        let why = if lowest_storage as i128 > i128::from(available) {
+            "insufficient storage"
+        } else {
+            "no proposal could be partitioned"
+        };
+        return Err(Error::NoPlan {
+            planner: "torchrec".into(),
+            reason: format!(
+                "{why}: {num_proposals} proposals tried; the smallest needs {lowest_storage} bytes, {available} bytes are available over {world} ranks after the storage reservation"
+            ),
+        });
+    };
+    let options = proposal.iter().enumerate().map(|(t, &o)| space[t][o].clone()).zip(ranks_of).collect();
+    Ok(TorchRecOutcome { options, objective_ms, reserved_hbm_bytes: reserved, num_proposals, num_plans })
+}
+
+/// The `torchrec` planner: [`plan_torchrec`] with [`TorchRecConfig::default`], returned as a shardplan
+/// [`Plan`]. It ignores the context's cost model (TorchRec plans with its own estimates) and refuses a
+/// plan that would overfill a device under shardplan's own byte count (which can exceed TorchRec's for
+/// row-wise Adagrad state on fp16 tables).
+#[derive(Debug, Clone, Default)]
+pub struct TorchRecPlanner {
+    /// TorchRec's inputs.
+    pub config: TorchRecConfig,
+}
+
+impl Planner for TorchRecPlanner {
+    fn name(&self) -> &'static str {
+        "torchrec"
+    }
+
+    fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
+        let outcome = plan_torchrec(task, &self.config)?;
+        let plan = outcome.to_plan(task)?;
+        let caps = task.devices.mem_cap_bytes();
+        let mut bytes = vec![0u64; caps.len()];
+        for p in plan.pieces() {
+            let t = &task.tables[p.table_id];
+            bytes[p.device] += t.block_bytes(p.row_count(t.rows), p.dim);
+        }
+        if let Some(d) = (0..caps.len()).find(|&d| bytes[d] > caps[d]) {
+            return Err(Error::NoPlan {
+                planner: "torchrec".into(),
+                reason: format!(
+                    "TorchRec's plan puts {} bytes on device {d} (cap {}) under shardplan's optimizer-state accounting",
+                    bytes[d], caps[d]
+                ),
+            });
+        }
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{ElementType, NUM_BINS};
+    use crate::task::Devices;
+
+    fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
+        TableSpec::new("t", name.into(), rows, dim, pf, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+            .unwrap()
+    }
+
+    #[test]
+    fn column_blocks_follow_min_cw_dim() {
+        for (dim, block) in [(64, 64), (128, 128), (192, 192), (256, 128), (320, 160), (384, 128), (512, 128)] {
+            assert_eq!(column_block(dim), block, "dim {dim}");
+        }
+    }
+
+    #[test]
+    fn row_split_is_ceil_then_remainder() {
+        assert_eq!(row_split(10, &[1; 4]), vec![3, 3, 3, 1]);
+        assert_eq!(row_split(5, &[1; 4]), vec![2, 2, 1, 0]);
+        assert_eq!(row_split(3, &[1; 4]), vec![1, 1, 1, 0]);
+        assert_eq!(row_split(100, &[1, 3]), vec![25, 75]);
+    }
+
+    #[test]
+    fn hand_computed_table_wise_shard() {
+        // 1000 x 64 fp32, pf 2, B = 512, W = 4: bi = 1024, bo = 512.
+        let task = Task::new(vec![table("a", 1000, 64, 2.0)], Devices::uniform(4, 1 << 30).unwrap()).unwrap();
+        let space = enumerate(&task, &TorchRecConfig::default()).unwrap();
+        let tw = &space[0][0].shards[0];
+        let input = 1024.0 * 4.0 * 8.0;
+        let lookup = 1024.0 * 4.0 * 64.0 * 4.0;
+        let out = 512.0 * 4.0 * 64.0 * 4.0;
+        let fwd = (input + lookup + out) * 1.15 / HBM_MEM_BW;
+        assert_eq!(tw.perf.fwd_compute, fwd);
+        assert_eq!(tw.perf.bwd_compute, 2.0 * fwd);
+        assert_eq!(tw.perf.fwd_comms, out / INTRA_NODE_BANDWIDTH);
+        assert_eq!(tw.storage_hbm, 1000 * 64 * 4 + 32_768 + 524_288);
+        // Row-wise: four shards of 250 rows, each reading a quarter of the indices, no block penalty,
+        // no 32-column minimum, full-batch outputs.
+        let rw = &space[0][2];
+        assert_eq!(rw.shards.iter().map(|s| s.sizes[0]).collect::<Vec<_>>(), vec![250; 4]);
+        let fwd_rw = (1024.0 * 8.0 + 1024.0 * 64.0 * 4.0 + out) / HBM_MEM_BW;
+        assert_eq!(rw.shards[0].perf.fwd_compute, fwd_rw);
+        assert_eq!(rw.shards[0].perf.bwd_comms, out / INTRA_NODE_BANDWIDTH + out * 2.455 / HBM_MEM_BW);
+        assert_eq!(rw.shards[0].storage_hbm, 250 * 64 * 4 + 8_192 + 524_288);
+    }
+
+    #[test]
+    fn reservation_and_no_fit_errors_are_clear() {
+        let cfg = TorchRecConfig::default();
+        let task = Task::new(vec![table("a", 1000, 64, 2.0)], Devices::uniform(2, 1_000_000).unwrap()).unwrap();
+        // int(0.85 · 1e6) − ceil(2 · 512 · 8) · 20.
+        assert_eq!(reserve_storage(&task, &cfg).unwrap(), vec![850_000 - 163_840; 2]);
+        let big = Task::new(vec![table("a", 10_000_000, 64, 2.0)], Devices::uniform(2, 1 << 30).unwrap()).unwrap();
+        let e = plan_torchrec(&big, &cfg).unwrap_err().to_string();
+        assert!(e.contains("insufficient storage"), "{e}");
+        let tiny = Task::new(vec![table("a", 10, 4, 200.0)], Devices::uniform(2, 1000).unwrap()).unwrap();
+        assert!(plan_torchrec(&tiny, &cfg).unwrap_err().to_string().contains("HeuristicalStorageReservation"));
+        let bad = TorchRecConfig { batch_size_per_rank: 0, ..TorchRecConfig::default() };
+        assert!(plan_torchrec(&task, &bad).unwrap_err().to_string().contains("batch_size_per_rank"));
+    }
+
+    #[test]
+    fn grid_odometer_visits_every_combination_once() {
+        let task =
+            Task::new(vec![table("a", 100, 8, 1.0), table("b", 100, 8, 1.0)], Devices::uniform(2, 1 << 30).unwrap())
+                .unwrap();
+        let space = enumerate(&task, &TorchRecConfig::default()).unwrap();
+        let mut p = Proposer::grid(&space);
+        let mut seen = Vec::new();
+        while let Some(x) = p.propose() {
+            seen.push(x);
+            p.feedback(&space);
+        }
+        assert_eq!(seen.len(), 9);
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 9);
+    }
+}

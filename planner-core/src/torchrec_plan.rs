@@ -1,0 +1,240 @@
+//! Interop with TorchRec: any shardplan [`Plan`] written as a TorchRec sharding plan.
+//!
+//! The document (`shardplan.torchrec-plan/v1`, `docs/FORMATS.md`) holds, per table, TorchRec's
+//! `ParameterSharding` fields — `sharding_type`, `compute_kernel` (always `fused`: HBM, fused optimizer),
+//! `ranks` — and its `sharding_spec` as a list of `ShardMetadata` (`shard_offsets = [row, col]`,
+//! `shard_sizes = [rows, cols]`, `placement = "rank:R/cuda:L"` with `L = R mod local_world_size`), plus
+//! each table's shape so the plan can be checked against an `EmbeddingBagCollection`.
+//! `tools/torchrec_apply.py` turns it into `construct_module_sharding_plan(...)`.
+//!
+//! Mapping: an unsplit table is `table_wise`; column pieces are `column_wise` (one shard per piece, in
+//! column order, ranks may repeat); row pieces are `row_wise`, which TorchRec trains with one shard
+//! per rank in rank order — so row pieces must lie on devices 0, 1, … in row order (empty shards are
+//! added for the remaining ranks, as TorchRec's own planner writes them), and any other row layout is
+//! refused with an error naming the table.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::task::Task;
+
+/// Schema tag of TorchRec plan documents.
+pub const TORCHREC_PLAN_SCHEMA: &str = "shardplan.torchrec-plan/v1";
+
+/// TorchRec's `ShardMetadata` of one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMetadata {
+    /// `[first row, first column]`.
+    pub shard_offsets: [u64; 2],
+    /// `[rows, columns]`.
+    pub shard_sizes: [u64; 2],
+    /// `rank:R/cuda:L`.
+    pub placement: String,
+}
+
+/// TorchRec's `ParameterSharding` of one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParameterSharding {
+    /// `table_wise`, `column_wise` or `row_wise`.
+    pub sharding_type: String,
+    /// `fused`.
+    pub compute_kernel: String,
+    /// Rank of every shard.
+    pub ranks: Vec<usize>,
+    /// The shards (`EnumerableShardingSpec`).
+    pub sharding_spec: Vec<ShardMetadata>,
+}
+
+/// A table's shape, as in TorchRec's `EmbeddingBagConfig`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableShape {
+    /// Rows.
+    pub num_embeddings: u64,
+    /// Columns.
+    pub embedding_dim: u32,
+}
+
+/// A shardplan plan as a TorchRec sharding plan for one `EmbeddingBagCollection`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorchRecPlanDocument {
+    /// Always [`TORCHREC_PLAN_SCHEMA`].
+    pub schema: String,
+    /// Ranks in the process group.
+    pub world_size: usize,
+    /// Ranks per host (the `L` of `cuda:L` placements).
+    pub local_world_size: usize,
+    /// Device type of the placements (`cuda`).
+    pub device_type: String,
+    /// Table name → its sharding.
+    pub plan: BTreeMap<String, ParameterSharding>,
+    /// Table name → its shape.
+    pub tables: BTreeMap<String, TableShape>,
+}
+
+/// Writes `plan` (a plan of `task`) as a TorchRec sharding plan; `local_world_size` defaults to the
+/// number of devices (one host).
+pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize>) -> Result<TorchRecPlanDocument> {
+    let world = task.devices.count();
+    let local = local_world_size.unwrap_or(world);
+    if local == 0 || local > world {
+        return Err(Error::field("TorchRec export", "local_world_size", local, format!("1..={world}")));
+    }
+    let place = |r: usize| format!("rank:{r}/cuda:{}", r % local);
+    let mut out = BTreeMap::new();
+    let mut tables = BTreeMap::new();
+    let pieces = plan.pieces();
+    let mut start = 0;
+    while start < pieces.len() {
+        let t = pieces[start].table_id;
+        let end = start + pieces[start..].iter().take_while(|p| p.table_id == t).count();
+        let group = &pieces[start..end];
+        let table = &task.tables[t];
+        let rows_split = group[0].rows.is_some();
+        let sharding_type = if rows_split {
+            "row_wise"
+        } else if group.len() == 1 {
+            "table_wise"
+        } else {
+            "column_wise"
+        };
+        let mut spec: Vec<ShardMetadata> = Vec::new();
+        let mut ranks = Vec::new();
+        if rows_split {
+            for (k, p) in group.iter().enumerate() {
+                let r = p.rows.unwrap_or_default();
+                if p.device != k {
+                    return Err(Error::field(
+                        "TorchRec export",
+                        format!("table `{}`", table.name),
+                        format!("row pieces on devices {:?}", group.iter().map(|p| p.device).collect::<Vec<_>>()),
+                        "one row range per rank in rank order (TorchRec's row-wise layout: rows of rank 0, then rank 1, ...)",
+                    ));
+                }
+                spec.push(ShardMetadata {
+                    shard_offsets: [r.offset, 0],
+                    shard_sizes: [r.count, u64::from(table.dim)],
+                    placement: place(k),
+                });
+                ranks.push(k);
+            }
+            for k in group.len()..world {
+                spec.push(ShardMetadata {
+                    shard_offsets: [table.rows, 0],
+                    shard_sizes: [0, u64::from(table.dim)],
+                    placement: place(k),
+                });
+                ranks.push(k);
+            }
+        } else {
+            for p in group {
+                spec.push(ShardMetadata {
+                    shard_offsets: [0, u64::from(p.col_offset)],
+                    shard_sizes: [table.rows, u64::from(p.dim)],
+                    placement: place(p.device),
+                });
+                ranks.push(p.device);
+            }
+        }
+        out.insert(
+            table.name.clone(),
+            ParameterSharding {
+                sharding_type: sharding_type.into(),
+                compute_kernel: "fused".into(),
+                ranks,
+                sharding_spec: spec,
+            },
+        );
+        tables.insert(table.name.clone(), TableShape { num_embeddings: table.rows, embedding_dim: table.dim });
+        start = end;
+    }
+    Ok(TorchRecPlanDocument {
+        schema: TORCHREC_PLAN_SCHEMA.into(),
+        world_size: world,
+        local_world_size: local,
+        device_type: "cuda".into(),
+        plan: out,
+        tables,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Piece;
+    use crate::table::{ElementType, NUM_BINS, OptimizerState, TableSpec};
+    use crate::task::Devices;
+
+    fn task() -> Task {
+        let t = |name: &str, rows, dim| {
+            TableSpec::new("t", name.into(), rows, dim, 1.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+                .unwrap()
+        };
+        Task::new(vec![t("a", 100, 32), t("b", 10, 8), t("c", 3, 4)], Devices::uniform(4, 1 << 20).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn writes_torchrec_fields() {
+        let t = task();
+        let plan = Plan::new(
+            &t,
+            vec![
+                Piece::cols(0, 0, 16, 3),
+                Piece::cols(0, 16, 16, 1),
+                Piece::row_range(1, 8, 0, 0, 3),
+                Piece::row_range(1, 8, 1, 3, 3),
+                Piece::row_range(1, 8, 2, 6, 3),
+                Piece::row_range(1, 8, 3, 9, 1),
+                Piece::cols(2, 0, 4, 2),
+            ],
+        )
+        .unwrap();
+        let doc = to_torchrec_plan(&t, &plan, Some(2)).unwrap();
+        let a = &doc.plan["a"];
+        assert_eq!((a.sharding_type.as_str(), a.ranks.clone()), ("column_wise", vec![3, 1]));
+        assert_eq!(a.sharding_spec[1].shard_offsets, [0, 16]);
+        assert_eq!(a.sharding_spec[0].placement, "rank:3/cuda:1");
+        let b = &doc.plan["b"];
+        assert_eq!(b.sharding_type, "row_wise");
+        assert_eq!(b.sharding_spec.iter().map(|s| s.shard_sizes[0]).collect::<Vec<_>>(), vec![3, 3, 3, 1]);
+        assert_eq!(doc.plan["c"].sharding_type, "table_wise");
+        assert_eq!(doc.tables["b"], TableShape { num_embeddings: 10, embedding_dim: 8 });
+        let json = serde_json::to_string(&doc).unwrap();
+        assert_eq!(serde_json::from_str::<TorchRecPlanDocument>(&json).unwrap(), doc);
+    }
+
+    #[test]
+    fn pads_row_wise_with_empty_shards_and_refuses_other_layouts() {
+        let t = task();
+        let ok = Plan::new(
+            &t,
+            vec![
+                Piece::cols(0, 0, 32, 0),
+                Piece::row_range(1, 8, 0, 0, 5),
+                Piece::row_range(1, 8, 1, 5, 5),
+                Piece::cols(2, 0, 4, 0),
+            ],
+        )
+        .unwrap();
+        let b = &to_torchrec_plan(&t, &ok, None).unwrap().plan["b"];
+        assert_eq!(b.ranks, vec![0, 1, 2, 3]);
+        assert_eq!(b.sharding_spec[3].shard_sizes, [0, 8]);
+        assert_eq!(b.sharding_spec[3].shard_offsets, [10, 0]);
+        let swapped = Plan::new(
+            &t,
+            vec![
+                Piece::cols(0, 0, 32, 0),
+                Piece::row_range(1, 8, 1, 0, 5),
+                Piece::row_range(1, 8, 0, 5, 5),
+                Piece::cols(2, 0, 4, 0),
+            ],
+        )
+        .unwrap();
+        let e = to_torchrec_plan(&t, &swapped, None).unwrap_err().to_string();
+        assert!(e.contains("table `b`") && e.contains("[1, 0]"), "{e}");
+        assert!(to_torchrec_plan(&t, &ok, Some(5)).unwrap_err().to_string().contains("local_world_size"));
+    }
+}

@@ -1,0 +1,381 @@
+//! `shardplan dynamic`: prequential replay of a request stream (a file or the synthetic generator) through
+//! every dynamic row-sharding policy, over several shard counts and seeds.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use planner_core::alis::{
+    self, LatencyModel, POLICY_NAMES, PolicyConfig, ReplayConfig, RunSummary, Stream, SyntheticParams, WindowMetrics,
+};
+use serde::Serialize;
+
+/// Arguments of `shardplan dynamic`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DynamicArgs {
+    /// Request stream file: JSON Lines (`.jsonl`/`.json`) or CSV (`.csv`); see docs/ALIS.md.
+    #[arg(long, conflicts_with = "synthetic")]
+    pub input: Option<PathBuf>,
+    /// Use the seeded synthetic generator instead of a file (generator seed = run seed).
+    #[arg(long)]
+    pub synthetic: bool,
+    /// Shard counts to evaluate, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![4usize, 8, 16])]
+    pub shards: Vec<usize>,
+    /// Policies to run, comma separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Number of seeds (runs per policy and shard count).
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed_base: u64,
+    /// Requests per window (one update per window); default: the generator's requests per window, or 1000.
+    #[arg(long)]
+    pub window_requests: Option<usize>,
+    /// Balance slack ε of the per-shard row cap ⌈(1+ε)·rows/S⌉.
+    #[arg(long, default_value_t = 0.05)]
+    pub epsilon: f64,
+    /// Refinement sweeps of the iterative partitioner.
+    #[arg(long, default_value_t = 8)]
+    pub max_iters: usize,
+    /// p of the probabilistic-fanout objective, in (0, 1].
+    #[arg(long, default_value_t = 0.5)]
+    pub p_fanout: f64,
+    /// Full re-partition period in windows.
+    #[arg(long, default_value_t = 1)]
+    pub full_every: usize,
+    /// ALIS incremental data ratio (the paper's α of light incremental sharding), in (0, 1].
+    #[arg(long, default_value_t = 0.5)]
+    pub incr_ratio: f64,
+    /// Per-window age decay of accumulated weights and votes (the paper's α(I)), in (0, 1].
+    #[arg(long, default_value_t = 0.5)]
+    pub decay: f64,
+    /// ALIS aggregate history weight β, in [0, 1].
+    #[arg(long, default_value_t = 0.8)]
+    pub beta: f64,
+    /// Previous shard sets that vote in the aggregate step.
+    #[arg(long, default_value_t = 4)]
+    pub history_sets: usize,
+    /// Slots per row of the sparse weight matrix.
+    #[arg(long, default_value_t = 4)]
+    pub top_k: usize,
+    /// Balance slack of ALIS's one-window partition.
+    #[arg(long, default_value_t = 0.2)]
+    pub local_epsilon: f64,
+    /// Bytes per embedding row (dimension · 4).
+    #[arg(long, default_value_t = 64.0)]
+    pub row_bytes: f64,
+    /// Latency model: fixed cost of one RPC, microseconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub rpc_base_us: f64,
+    /// Latency model: caller cost of issuing one RPC, microseconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub issue_us: f64,
+    /// Latency model: link bandwidth, Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    pub bw_gbit: f64,
+    /// Write the full results (summaries, and per-window metrics with --per-window) as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Include per-window metrics in the JSON.
+    #[arg(long)]
+    pub per_window: bool,
+    /// Generator: communities.
+    #[arg(long, default_value_t = 64)]
+    pub communities: usize,
+    /// Generator: items per community at the start.
+    #[arg(long, default_value_t = 400)]
+    pub items_per_community: usize,
+    /// Generator: windows.
+    #[arg(long, default_value_t = 24)]
+    pub windows: usize,
+    /// Generator: requests per window.
+    #[arg(long, default_value_t = 2000)]
+    pub requests_per_window: usize,
+    /// Generator: fewest rows per request.
+    #[arg(long, default_value_t = 4)]
+    pub min_rows: usize,
+    /// Generator: most rows per request.
+    #[arg(long, default_value_t = 16)]
+    pub max_rows: usize,
+    /// Generator: Zipf exponent inside a community.
+    #[arg(long, default_value_t = 0.8)]
+    pub zipf: f64,
+    /// Generator: probability a row comes from another community.
+    #[arg(long, default_value_t = 0.05)]
+    pub noise: f64,
+    /// Generator: fraction of items changing community per window.
+    #[arg(long, default_value_t = 0.02)]
+    pub drift: f64,
+    /// Generator: fraction of items retired per window.
+    #[arg(long, default_value_t = 0.01)]
+    pub churn: f64,
+    /// Generator: new items per window as a fraction of live items.
+    #[arg(long, default_value_t = 0.02)]
+    pub new_items: f64,
+    /// Generator: std-dev of the per-window log-popularity walk of a community.
+    #[arg(long, default_value_t = 0.1)]
+    pub popularity_drift: f64,
+    /// Generator: window of the abrupt shift.
+    #[arg(long, default_value_t = 12)]
+    pub shift_window: usize,
+    /// Generator: fraction of items reassigned at the shift.
+    #[arg(long, default_value_t = 0.5)]
+    pub shift_fraction: f64,
+}
+
+/// One (policy, shard count) cell: per-seed summaries and their mean ± sd.
+#[derive(Debug, Serialize)]
+struct Cell {
+    policy: String,
+    shards: usize,
+    runs: Vec<RunSummary>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    windows: Vec<Vec<WindowMetrics>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    source: String,
+    requests: usize,
+    rows: usize,
+    window_requests: usize,
+    config: PolicyConfig,
+    latency: LatencyModel,
+    cells: Vec<Cell>,
+    peak_rss_bytes: Option<u64>,
+}
+
+/// Runs `shardplan dynamic`.
+pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
+    let policies: Vec<String> = if args.policies.is_empty() {
+        POLICY_NAMES.iter().map(|s| (*s).to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    if args.seeds == 0 {
+        bail!("invalid --seeds = 0 (allowed: >= 1)");
+    }
+    if args.shards.is_empty() {
+        bail!("invalid --shards: empty list (allowed: shard counts 1..=4096)");
+    }
+    let base = PolicyConfig {
+        shards: args.shards[0],
+        epsilon: args.epsilon,
+        max_iters: args.max_iters,
+        p_fanout: args.p_fanout,
+        full_every: args.full_every,
+        incr_ratio: args.incr_ratio,
+        decay: args.decay,
+        beta: args.beta,
+        history_sets: args.history_sets,
+        top_k: args.top_k,
+        local_epsilon: args.local_epsilon,
+        seed: args.seed_base,
+    };
+    // Validate everything before the first (possibly long) run.
+    for &s in &args.shards {
+        PolicyConfig { shards: s, ..base }.validate().context("checking --shards and policy flags")?;
+    }
+    for p in &policies {
+        alis::make_policy(p, &base).with_context(|| format!("checking --policies entry {p:?}"))?;
+    }
+    if !(args.bw_gbit > 0.0 && args.row_bytes > 0.0 && args.rpc_base_us >= 0.0 && args.issue_us >= 0.0) {
+        bail!(
+            "invalid latency model: --bw-gbit {} and --row-bytes {} must be > 0, --rpc-base-us {} and --issue-us {} >= 0",
+            args.bw_gbit,
+            args.row_bytes,
+            args.rpc_base_us,
+            args.issue_us
+        );
+    }
+    let latency = LatencyModel {
+        rpc_base_us: args.rpc_base_us,
+        issue_us: args.issue_us,
+        bw_bytes_per_us: args.bw_gbit * 1e9 / 8.0 / 1e6,
+        row_bytes: args.row_bytes,
+    };
+    let gen_params = |seed: u64| SyntheticParams {
+        seed,
+        communities: args.communities,
+        items_per_community: args.items_per_community,
+        windows: args.windows,
+        requests_per_window: args.requests_per_window,
+        min_rows: args.min_rows,
+        max_rows: args.max_rows,
+        zipf: args.zipf,
+        noise: args.noise,
+        drift: args.drift,
+        churn: args.churn,
+        new_items: args.new_items,
+        popularity_drift: args.popularity_drift,
+        shift_window: args.shift_window,
+        shift_fraction: args.shift_fraction,
+    };
+    let file_stream = match (&args.input, args.synthetic) {
+        (Some(path), false) => Some(read_stream(path)?),
+        (None, true) => None,
+        _ => bail!("give exactly one of --input FILE or --synthetic"),
+    };
+    let window_requests = args.window_requests.unwrap_or(if args.synthetic { args.requests_per_window } else { 1000 });
+    let replay_cfg = ReplayConfig { window_requests, latency };
+    let source = match &args.input {
+        Some(p) => p.display().to_string(),
+        None => format!("synthetic {:?}", gen_params(args.seed_base)),
+    };
+    let mut cells: Vec<Cell> = Vec::new();
+    let (mut n_req, mut n_rows) = (0, 0);
+    for seed in args.seed_base..args.seed_base + args.seeds {
+        let generated;
+        let stream: &Stream = if let Some(s) = &file_stream {
+            s
+        } else {
+            generated = alis::synthetic::generate(&gen_params(seed)).context("generating the synthetic stream")?;
+            &generated
+        };
+        n_req = stream.n_requests();
+        n_rows = stream.n_rows();
+        for &shards in &args.shards {
+            for p in &policies {
+                let cfg = PolicyConfig { shards, seed, ..base };
+                let start = Instant::now();
+                let mut clock = || start.elapsed().as_secs_f64() * 1e3;
+                let r = alis::replay(stream, p, &cfg, &replay_cfg, &mut clock)
+                    .with_context(|| format!("replaying policy {p} with S={shards}, seed {seed}"))?;
+                eprintln!(
+                    "seed {seed} S={shards} {p:<9} fanout {:.3} update {:.2} ms",
+                    r.summary.mean_fanout, r.summary.update_ms
+                );
+                let idx = if let Some(i) = cells.iter().position(|c| c.policy == *p && c.shards == shards) {
+                    i
+                } else {
+                    cells.push(Cell { policy: p.clone(), shards, runs: Vec::new(), windows: Vec::new() });
+                    cells.len() - 1
+                };
+                let cell = &mut cells[idx];
+                cell.runs.push(r.summary);
+                if args.per_window {
+                    cell.windows.push(r.windows);
+                }
+            }
+        }
+    }
+    println!("{}", markdown(&source, n_req, n_rows, window_requests, &args.shards, &cells));
+    let peak = peak_rss_bytes();
+    if let Some(b) = peak {
+        println!("peak resident memory: {:.1} MiB", b as f64 / (1024.0 * 1024.0));
+    }
+    if let Some(out) = &args.out {
+        let report = Report {
+            source,
+            requests: n_req,
+            rows: n_rows,
+            window_requests,
+            config: base,
+            latency,
+            cells,
+            peak_rss_bytes: peak,
+        };
+        let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
+        std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}
+
+fn read_stream(path: &PathBuf) -> anyhow::Result<Stream> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let stream = match ext.as_str() {
+        "csv" => alis::parse_csv(&text),
+        "jsonl" | "json" | "ndjson" => alis::parse_jsonl(&text),
+        other => {
+            bail!("{}: unknown stream extension {other:?} (allowed: .jsonl, .json, .ndjson, .csv)", path.display())
+        }
+    };
+    stream.with_context(|| format!("parsing {}", path.display()))
+}
+
+fn mean_sd(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    let v: Vec<f64> = xs.collect();
+    alis::metrics::mean_sd(&v)
+}
+
+fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usize], cells: &[Cell]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let seeds = cells.first().map_or(0, |c| c.runs.len());
+    let _ = writeln!(
+        s,
+        "Stream: {source}\n{n_req} requests, {n_rows} rows, windows of {win} requests, {seeds} seeds (mean ± sd over seeds).\n"
+    );
+    for &sh in shards {
+        let _ = writeln!(s, "### S = {sh}\n");
+        let _ = writeln!(
+            s,
+            "| policy | mean fanout | P99 fanout | window sd | remote rows/req | max row imb | traffic imb | migrated rows/update | update ms | latency µs | P99 latency µs | state MiB |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for c in cells.iter().filter(|c| c.shards == sh) {
+            let f = |g: &dyn Fn(&RunSummary) -> f64, prec: usize| {
+                let (m, d) = mean_sd(c.runs.iter().map(g));
+                format!("{m:.prec$} ± {d:.prec$}")
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c.policy,
+                f(&|r| r.mean_fanout, 3),
+                f(&|r| r.p99_fanout, 2),
+                f(&|r| r.window_fanout_sd, 3),
+                f(&|r| r.remote_rows_per_request, 2),
+                f(&|r| r.max_row_imbalance, 3),
+                f(&|r| r.mean_traffic_imbalance, 2),
+                f(&|r| r.migrated_rows_per_update, 1),
+                f(&|r| r.update_ms, 2),
+                f(&|r| r.mean_latency_us, 1),
+                f(&|r| r.p99_latency_us, 1),
+                f(&|r| r.state_bytes as f64 / (1024.0 * 1024.0), 2),
+            );
+        }
+        let get = |p: &str| cells.iter().find(|c| c.shards == sh && c.policy == p);
+        if let (Some(a), Some(full)) = (get("alis"), get("full")) {
+            let (au, _) = mean_sd(a.runs.iter().map(|r| r.update_ms));
+            let (fu, _) = mean_sd(full.runs.iter().map(|r| r.update_ms));
+            let (af, _) = mean_sd(a.runs.iter().map(|r| r.mean_fanout));
+            let (ff, _) = mean_sd(full.runs.iter().map(|r| r.mean_fanout));
+            let _ = writeln!(
+                s,
+                "\nALIS vs full: update {:.1}× cheaper (goal ≥ 8×: {}); fanout {:+.1}% (goal within 5%: {})",
+                fu / au.max(1e-9),
+                if fu >= 8.0 * au { "met" } else { "NOT met" },
+                100.0 * (af - ff) / ff,
+                if af <= 1.05 * ff { "met" } else { "NOT met" },
+            );
+        }
+        for other in ["greedy", "alis-base"] {
+            if let (Some(a), Some(g)) = (get("alis"), get(other)) {
+                let (asd, _) = mean_sd(a.runs.iter().map(|r| r.window_fanout_sd));
+                let (gsd, _) = mean_sd(g.runs.iter().map(|r| r.window_fanout_sd));
+                let (amad, _) = mean_sd(a.runs.iter().map(|r| r.window_fanout_mad));
+                let (gmad, _) = mean_sd(g.runs.iter().map(|r| r.window_fanout_mad));
+                let _ = writeln!(
+                    s,
+                    "ALIS vs {other}: window fanout sd {asd:.3} vs {gsd:.3}, mean |Δ| between windows {amad:.3} vs {gmad:.3} (goal lower sd: {})",
+                    if asd < gsd { "met" } else { "NOT met" }
+                );
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), if available.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,139 @@
+//! Reading collector datasets (`.jsonl` or `.jsonl.gz`) into training samples, through
+//! planner-core's record types and feature schema (the trainer cannot drift from the planner).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use planner_core::TableSpec;
+use planner_core::dataset::{CostRecord, HardwarePolicy, Measurement, parse_dataset};
+use planner_core::features::{neuroshard_pool_normalisation, neuroshard_raw};
+use sha2::{Digest, Sha256};
+
+/// One compute measurement: a set of tables and its fused forward + backward time.
+pub struct ComputeSample {
+    /// The tables (validated).
+    pub tables: Vec<TableSpec>,
+    /// Normalised NeuroShard features, one row per table.
+    pub features: Vec<Vec<f32>>,
+    /// Median forward + backward time, ms.
+    pub target_ms: f64,
+}
+
+/// One comm measurement on D devices.
+pub struct CommSample {
+    /// Per-device dim sums.
+    pub dims: Vec<f64>,
+    /// Per-device forward start delays, ms.
+    pub delays_ms: Vec<f64>,
+    /// Median forward all-to-all per device, ms.
+    pub fw_ms: Vec<f64>,
+    /// Median backward all-to-all per device, ms.
+    pub bw_ms: Vec<f64>,
+}
+
+/// Everything read from a set of dataset files.
+pub struct Loaded {
+    /// Compute samples in file order.
+    pub compute: Vec<ComputeSample>,
+    /// Comm samples per device count.
+    pub comm: BTreeMap<usize, Vec<CommSample>>,
+    /// The hardware record of the first sample (all share its fingerprint).
+    pub hardware: serde_json::Value,
+    /// Batch size of the compute samples.
+    pub batch_size: u32,
+    /// File names.
+    pub files: Vec<String>,
+    /// SHA-256 over the files' (uncompressed) bytes, in order.
+    pub sha256: String,
+}
+
+/// Reads a dataset file, decompressing `.gz`.
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading dataset {}", path.display()))?;
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .with_context(|| format!("decompressing {}", path.display()))?;
+        Ok(s)
+    } else {
+        String::from_utf8(bytes).with_context(|| format!("dataset {} is not UTF-8", path.display()))
+    }
+}
+
+/// Loads and validates datasets; all records must come from one hardware fingerprint.
+pub fn load(paths: &[PathBuf]) -> Result<Loaded> {
+    if paths.is_empty() {
+        bail!("no dataset given");
+    }
+    let norm = neuroshard_pool_normalisation()?;
+    let mut hasher = Sha256::new();
+    let mut records: Vec<CostRecord> = Vec::new();
+    for p in paths {
+        let text = read_text(p)?;
+        hasher.update(text.as_bytes());
+        records.extend(parse_dataset(&p.display().to_string(), &text, HardwarePolicy::Single)?);
+    }
+    let Some(first) = records.first() else { bail!("datasets {paths:?} hold no records") };
+    let hardware = first.hardware.clone();
+    let mut batch_size = None;
+    let mut compute = Vec::new();
+    let mut comm: BTreeMap<usize, Vec<CommSample>> = BTreeMap::new();
+    for (i, r) in records.iter().enumerate() {
+        if r.hardware.fingerprint != hardware.fingerprint {
+            bail!(
+                "record {i} was measured on {:?} but the first on {:?}: train one profile per hardware",
+                r.hardware.fingerprint,
+                hardware.fingerprint
+            );
+        }
+        match &r.measurement {
+            Measurement::Compute { tables, total, .. } => {
+                if *batch_size.get_or_insert(r.batch_size) != r.batch_size {
+                    bail!("record {i} has batch size {} but earlier compute records {batch_size:?}", r.batch_size);
+                }
+                let tables: Vec<TableSpec> = tables
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| t.table.clone().validate(k))
+                    .collect::<planner_core::Result<_>>()
+                    .with_context(|| format!("compute record {i}"))?;
+                let features = tables.iter().map(|t| norm.apply(&neuroshard_raw(t, t.dim))).collect();
+                compute.push(ComputeSample { tables, features, target_ms: total.median_ms });
+            }
+            Measurement::Comm { dim_sums, delays_ms, fw, bw, .. } => {
+                comm.entry(dim_sums.len()).or_default().push(CommSample {
+                    dims: dim_sums.iter().map(|d| *d as f64).collect(),
+                    delays_ms: delays_ms.clone(),
+                    fw_ms: fw.iter().map(|t| t.median_ms).collect(),
+                    bw_ms: bw.iter().map(|t| t.median_ms).collect(),
+                });
+            }
+        }
+    }
+    Ok(Loaded {
+        compute,
+        comm,
+        hardware: serde_json::to_value(&hardware)?,
+        batch_size: batch_size.unwrap_or(0),
+        files: paths
+            .iter()
+            .map(|p| p.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned()))
+            .collect(),
+        sha256: hasher.finalize().iter().fold(String::new(), |mut s, b| {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        }),
+    })
+}
+
+/// A table's identity independent of its dim (rows, pooling factor, bins), for unseen-table checks.
+#[must_use]
+pub fn table_identity(t: &TableSpec) -> Vec<u64> {
+    let mut v = vec![t.rows, t.pooling_factor.to_bits()];
+    v.extend(t.bins.iter().map(|b| b.to_bits()));
+    v
+}

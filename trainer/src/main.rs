@@ -1,0 +1,163 @@
+//! `shardplan-train`: trains a cost profile (compute model and comm models) from collector datasets,
+//! exports ONNX graphs and a model card, and checks the result loads in planner-core.
+//! See the `trainer` library docs for the design.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use trainer::train::TrainConfig;
+use trainer::{ProfileOptions, train_profile};
+
+/// Train shardplan's learned cost models.
+#[derive(Parser)]
+#[command(name = "shardplan-train", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a profile from datasets and write it (card.json + ONNX graphs) to --out.
+    Profile {
+        /// Profile name (selects it in the planner).
+        #[arg(long)]
+        name: String,
+        /// Dataset files (`.jsonl` or `.jsonl.gz`): compute and comm records.
+        #[arg(long = "data", required = true, num_args = 1..)]
+        datasets: Vec<PathBuf>,
+        /// Datasets measured on tables disjoint from the training tables (unseen-table metrics).
+        #[arg(long = "unseen", num_args = 1..)]
+        unseen: Vec<PathBuf>,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Epochs per model.
+        #[arg(long, default_value_t = 200)]
+        epochs: usize,
+        /// Mini-batch size.
+        #[arg(long, default_value_t = 512)]
+        batch: usize,
+        /// Adam learning rate.
+        #[arg(long, default_value_t = 1e-3)]
+        lr: f64,
+        /// Seed of initialisation, splits and shuffles.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Continue from the checkpoints in OUT/checkpoints.
+        #[arg(long)]
+        resume: bool,
+        /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Measure a profile's evaluation speed: incremental shard evaluations per second and the
+    /// end-to-end graph's latency.
+    Bench {
+        /// Profile directory.
+        #[arg(long)]
+        profile: PathBuf,
+        /// Random sets to evaluate.
+        #[arg(long, default_value_t = 4096)]
+        sets: usize,
+    },
+}
+
+fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
+    let load = |cache: bool| -> anyhow::Result<planner_core::cost::NeuralModel> {
+        let card = std::fs::read_to_string(dir.join("card.json"))?;
+        let mut files = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "onnx") {
+                files.insert(
+                    p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+                    std::fs::read(&p)?,
+                );
+            }
+        }
+        Ok(planner_core::cost::NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))?
+            .with_set_cache(cache))
+    };
+    if sets == 0 {
+        eprintln!("error: `--sets` = 0 is invalid: at least 1");
+        return ExitCode::FAILURE;
+    }
+    match trainer::bench::run(dir, load, sets) {
+        Ok(lines) => {
+            println!("| measurement | sets/s | ms per call |");
+            println!("|---|---|---|");
+            for l in lines {
+                println!("| {} | {:.0} | {:.4} |", l.what, l.sets_per_s, l.ms_per_call);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet) = match cli.command {
+        Command::Profile { name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet } => {
+            (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet)
+        }
+        Command::Bench { profile, sets } => return bench(&profile, sets),
+    };
+    let bad = |field: &str, value: String, allowed: &str| {
+        eprintln!("error: `{field}` = {value} is invalid: {allowed}");
+        ExitCode::FAILURE
+    };
+    if epochs == 0 {
+        return bad("--epochs", epochs.to_string(), "at least 1");
+    }
+    if batch == 0 {
+        return bad("--batch", batch.to_string(), "at least 1");
+    }
+    if !(lr.is_finite() && lr > 0.0) {
+        return bad("--lr", lr.to_string(), "a positive number");
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let opts = ProfileOptions {
+        name,
+        datasets,
+        unseen,
+        out,
+        train: TrainConfig { epochs, batch, lr, seed, progress: !quiet },
+        resume,
+        command,
+    };
+    match train_profile(&opts) {
+        Ok(outcome) => {
+            println!("profile `{}` written to {}", outcome.card.name, opts.out.display());
+            println!(
+                "reloaded through planner-core: max |trainer - tract| = {:.2e} ms",
+                outcome.reload_max_abs_diff_ms
+            );
+            println!("| model | split | samples | MSE ms^2 | MAE ms | MAPE % |");
+            println!("|---|---|---|---|---|---|");
+            for (k, m) in &outcome.card.compute.metrics {
+                if !k.starts_with("training/") {
+                    println!("| compute | {k} | {} | {:.4} | {:.4} | {:.2} |", m.samples, m.mse, m.mae, m.mape_pct);
+                }
+            }
+            for c in &outcome.card.comm {
+                for (k, m) in &c.metrics {
+                    println!(
+                        "| comm D={} | {k} | {} | {:.4} | {:.4} | {:.2} |",
+                        c.devices, m.samples, m.mse, m.mae, m.mape_pct
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The trainable models over loaded data, and their accuracy metrics.
+
+use anyhow::Result;
+use candle_core::{Device, Tensor, Var};
+use planner_core::cost::card::SplitMetrics;
+use planner_core::features::Normalisation;
+
+use crate::data::{CommSample, ComputeSample};
+use crate::net::{ComputeNet, Mlp, matrix, pad_sets};
+use crate::train::Trainable;
+
+/// The compute set model over compute samples.
+pub struct ComputeModel<'a> {
+    /// The network.
+    pub net: ComputeNet,
+    /// All samples (indices refer to this slice).
+    pub data: &'a [ComputeSample],
+}
+
+impl ComputeModel<'_> {
+    /// Predicted ms of the samples `idx`.
+    pub fn predict(&self, idx: &[usize]) -> Result<Vec<f64>> {
+        let mut out = Vec::with_capacity(idx.len());
+        for chunk in idx.chunks(1024) {
+            let sets: Vec<&[Vec<f32>]> = chunk.iter().map(|&i| self.data[i].features.as_slice()).collect();
+            let (x, m) = pad_sets(&sets, planner_core::features::NEUROSHARD_LEN)?;
+            out.extend(self.net.forward(&x, &m)?.to_vec1::<f32>()?.into_iter().map(f64::from));
+        }
+        Ok(out)
+    }
+}
+
+impl Trainable for ComputeModel<'_> {
+    fn vars(&self) -> Vec<&Var> {
+        self.net.vars()
+    }
+
+    fn loss(&self, idx: &[usize]) -> Result<Tensor> {
+        let sets: Vec<&[Vec<f32>]> = idx.iter().map(|&i| self.data[i].features.as_slice()).collect();
+        let (x, m) = pad_sets(&sets, planner_core::features::NEUROSHARD_LEN)?;
+        let y: Vec<f32> = idx.iter().map(|&i| self.data[i].target_ms as f32).collect();
+        let y = Tensor::from_vec(y, idx.len(), &Device::Cpu)?;
+        Ok((self.net.forward(&x, &m)? - y)?.sqr()?.mean_all()?)
+    }
+}
+
+/// Which comm direction a [`CommModel`] predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Backward: input = D dim sums.
+    Backward,
+    /// Forward: input = D dim sums then D delays.
+    Forward,
+}
+
+/// A comm MLP over comm samples of one device count.
+pub struct CommModel {
+    /// The network (`in → 128 → 64 → 32 → 16 → D`).
+    pub net: Mlp,
+    /// Input normalisation (fitted on the training split).
+    pub norm: Normalisation,
+    x: Vec<Vec<f32>>,
+    y: Vec<Vec<f32>>,
+    d: usize,
+}
+
+impl CommModel {
+    /// Builds inputs/targets for `dir`; the normalisation is fitted on `train` only.
+    pub fn new(data: &[CommSample], dir: Direction, train: &[usize], seed: u64) -> Result<Self> {
+        use rand::SeedableRng;
+        let d = data.first().map_or(0, |s| s.dims.len());
+        let raw: Vec<Vec<f64>> = data
+            .iter()
+            .map(|s| match dir {
+                Direction::Backward => s.dims.clone(),
+                Direction::Forward => s.dims.iter().chain(&s.delays_ms).copied().collect(),
+            })
+            .collect();
+        let fit_rows: Vec<Vec<f64>> = train.iter().map(|&i| raw[i].clone()).collect();
+        let norm = Normalisation::fit(&fit_rows);
+        let x = raw.iter().map(|r| norm.apply(r)).collect();
+        let y = data
+            .iter()
+            .map(|s| match dir {
+                Direction::Backward => s.bw_ms.iter().map(|v| *v as f32).collect(),
+                Direction::Forward => s.fw_ms.iter().map(|v| *v as f32).collect(),
+            })
+            .collect();
+        let in_w = if dir == Direction::Backward { d } else { 2 * d };
+        let mut widths = vec![in_w];
+        widths.extend(planner_core::cost::card::COMM_HIDDEN);
+        widths.push(d);
+        let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed);
+        Ok(Self { net: Mlp::new(&widths, &mut rng)?, norm, x, y, d })
+    }
+
+    /// Predicted per-device ms of samples `idx` (flattened, D per sample), and the targets alike.
+    pub fn predict(&self, idx: &[usize]) -> Result<(Vec<f64>, Vec<f64>)> {
+        let rows: Vec<Vec<f32>> = idx.iter().map(|&i| self.x[i].clone()).collect();
+        let x = matrix(&rows, rows.first().map_or(0, Vec::len))?;
+        let p = self.net.forward(&x)?.flatten_all()?.to_vec1::<f32>()?;
+        let t = idx.iter().flat_map(|&i| self.y[i].iter().map(|v| f64::from(*v))).collect();
+        Ok((p.into_iter().map(f64::from).collect(), t))
+    }
+}
+
+impl Trainable for CommModel {
+    fn vars(&self) -> Vec<&Var> {
+        self.net.vars()
+    }
+
+    fn loss(&self, idx: &[usize]) -> Result<Tensor> {
+        let rows: Vec<Vec<f32>> = idx.iter().map(|&i| self.x[i].clone()).collect();
+        let ys: Vec<Vec<f32>> = idx.iter().map(|&i| self.y[i].clone()).collect();
+        let x = matrix(&rows, rows.first().map_or(0, Vec::len))?;
+        let y = matrix(&ys, self.d)?;
+        Ok((self.net.forward(&x)? - y)?.sqr()?.mean_all()?)
+    }
+}
+
+/// Targets below this (ms) are left out of MAPE: a percentage of almost nothing says nothing.
+pub const MAPE_FLOOR_MS: f64 = 0.01;
+
+/// MSE, MAE and MAPE of predictions against targets.
+#[must_use]
+pub fn metrics(pred: &[f64], target: &[f64]) -> SplitMetrics {
+    let n = pred.len().max(1) as f64;
+    let mse = pred.iter().zip(target).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / n;
+    let mae = pred.iter().zip(target).map(|(p, t)| (p - t).abs()).sum::<f64>() / n;
+    let pct: Vec<f64> =
+        pred.iter().zip(target).filter(|(_, t)| t.abs() >= MAPE_FLOOR_MS).map(|(p, t)| ((p - t) / t).abs()).collect();
+    let mape_pct = 100.0 * pct.iter().sum::<f64>() / pct.len().max(1) as f64;
+    SplitMetrics { samples: pred.len(), mse, mae, mape_pct }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_by_hand() {
+        let m = metrics(&[1.0, 3.0, 0.0], &[2.0, 3.0, 0.001]);
+        assert!((m.mse - (1.0 + 0.0 + 0.000_001) / 3.0).abs() < 1e-12);
+        assert!((m.mae - (1.0 + 0.001) / 3.0).abs() < 1e-12);
+        // The 0.001 ms target is below the floor and left out of MAPE: (50% + 0%) / 2.
+        assert!((m.mape_pct - 25.0).abs() < 1e-9);
+    }
+}
