@@ -40,7 +40,8 @@ const state = {
 };
 
 function model() {
-  return { hw: $('#hw').value, definition: $('#definition').value };
+  const hw = $('#hw').value;
+  return { cost_model: $('#cost-model').value, ...(hw ? { hw } : {}), definition: $('#definition').value };
 }
 
 // ---- formatting --------------------------------------------------------------------------------
@@ -424,6 +425,7 @@ function selectedPiece() {
 $('#sample-form').addEventListener('submit', (e) => { e.preventDefault(); sampleAndPlan(); });
 $('#upload').addEventListener('change', (e) => uploadTables(e.target.files[0]));
 $('#hw').addEventListener('change', runPlanners);
+$('#cost-model').addEventListener('change', runPlanners);
 $('#definition').addEventListener('change', runPlanners);
 $('#undo').addEventListener('click', undo);
 $('#reset').addEventListener('click', resetPlan);
@@ -444,7 +446,10 @@ document.addEventListener('keydown', (e) => {
     const hello = await call('hello');
     state.planners = hello.planners;
     const analytical = hello.costModels.find((m) => m.name === 'analytical');
-    $('#hw').replaceChildren(...analytical.hardware.map((h) => el('option', { value: h }, h)));
+    // The model's own preset by default (torchrec for the analytical model, the profile's hardware for
+    // a trained profile's comm); a choice here overrides it.
+    $('#hw').replaceChildren(el('option', { value: '' }, 'the model\'s own'), ...analytical.hardware.map((h) => el('option', { value: h }, h)));
+    $('#cost-model').replaceChildren(...hello.costModels.map((m) => el('option', { value: m.name, selected: m.is_default, title: m.summary }, m.is_default ? `${m.name} (default)` : m.name)));
     setStatus(`Planner ${hello.version} loaded (${hello.planners.length} planners).`);
     await sampleAndPlan();
   } catch (e) {

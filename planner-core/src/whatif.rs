@@ -157,8 +157,17 @@ pub fn merge_piece(task: &Task, plan: &Plan, table_id: usize, col_offset: u32) -
             ),
         ));
     }
+    if other.rows != p.rows {
+        return Err(Error::field(
+            context,
+            "col_offset",
+            col_offset,
+            "a piece whose other half covers the same rows (row-wise pieces merge only with their twin)",
+        ));
+    }
     let mut pieces = plan.pieces().to_vec();
-    pieces[i] = Piece { table_id, col_offset: p.col_offset.min(other_offset), dim: p.dim * 2, device: p.device };
+    pieces[i] =
+        Piece { table_id, col_offset: p.col_offset.min(other_offset), dim: p.dim * 2, device: p.device, rows: p.rows };
     pieces.remove(j);
     Plan::new(task, pieces)
 }
@@ -221,11 +230,27 @@ fn find_piece(task: &Task, plan: &Plan, ctx: &str, table_id: usize, col_offset: 
         return Err(Error::field(ctx, "table_id", table_id, format!("a table in 0..={}", n.saturating_sub(1))));
     };
     let mut starts = Vec::new();
+    let mut found = Vec::new();
     for (i, p) in plan.pieces().iter().enumerate().filter(|(_, p)| p.table_id == table_id) {
         if p.col_offset == col_offset {
-            return Ok(i);
+            found.push(i);
         }
         starts.push(p.col_offset.to_string());
+    }
+    match found[..] {
+        [i] => return Ok(i),
+        [] => {}
+        _ => {
+            return Err(Error::field(
+                format!("{ctx} of table `{}`", table.name),
+                "col_offset",
+                col_offset,
+                format!(
+                    "one piece, but the table is split row-wise into {} shards there; what-if edits address column pieces only",
+                    found.len()
+                ),
+            ));
+        }
     }
     Err(Error::field(
         format!("{ctx} of table `{}`", table.name),

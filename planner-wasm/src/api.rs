@@ -2,6 +2,7 @@
 //! Nothing here touches JavaScript, so it is tested natively; the clock is passed in.
 
 use planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH;
+use planner_core::cost::profiles;
 use planner_core::planners::planner;
 use planner_core::task::sample_pool_tables;
 use planner_core::units::GIB;
@@ -11,17 +12,24 @@ use planner_core::{
 };
 use serde::{Deserialize, Serialize};
 
-/// Names of the cost models this build knows (the CLI's `--cost-model`).
-pub const COST_MODELS: &[&str] = &["analytical"];
+/// Names of the cost models this build knows (the CLI's `--cost-model`): the analytical model and the
+/// embedded trained profiles.
+#[must_use]
+pub fn cost_model_names() -> Vec<&'static str> {
+    let mut names = vec!["analytical"];
+    names.extend(profiles::names());
+    names
+}
 
 /// Which cost model prices plans; every field has the CLI's default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelOptions {
-    /// Cost model name (see [`COST_MODELS`]).
+    /// Cost model name (see [`cost_model_names`]); default: the embedded default profile.
     pub cost_model: String,
-    /// Hardware profile of the analytical model ([`HardwareProfile::BUILTIN`]).
-    pub hw: String,
+    /// Hardware preset of the analytical model ([`HardwareProfile::BUILTIN`]); default `torchrec`, or for
+    /// a trained profile's comm the preset of its hardware.
+    pub hw: Option<String>,
     /// Cost definition.
     pub definition: CostDefinition,
     /// Global batch size the costs are for.
@@ -31,8 +39,8 @@ pub struct ModelOptions {
 impl Default for ModelOptions {
     fn default() -> Self {
         Self {
-            cost_model: "analytical".into(),
-            hw: "torchrec".into(),
+            cost_model: profiles::DEFAULT_PROFILE.into(),
+            hw: None,
             definition: CostDefinition::NeuroShard,
             global_batch: DEFAULT_GLOBAL_BATCH,
         }
@@ -42,9 +50,19 @@ impl Default for ModelOptions {
 impl ModelOptions {
     /// Builds the model.
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        let analytical = |preset: &str| {
+            AnalyticalModel::new(HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?, self.global_batch)
+        };
         match self.cost_model.as_str() {
-            "analytical" => Ok(Box::new(AnalyticalModel::new(HardwareProfile::builtin(&self.hw)?, self.global_batch)?)),
-            other => Err(Error::UnknownCostModel { name: other.into(), known: COST_MODELS.join(", ") }),
+            "analytical" => Ok(Box::new(analytical("torchrec")?)),
+            name => {
+                let Some(p) = profiles::find(name) else {
+                    return Err(Error::UnknownCostModel { name: name.into(), known: cost_model_names().join(", ") });
+                };
+                // As the CLI: a profile prices comm analytically where it has no comm model for the task's
+                // device count (a single-GPU profile has none); the model's name says so.
+                Ok(Box::new(profiles::load(name)?.with_comm_fallback(analytical(p.comm_fallback_hw)?)))
+            }
         }
     }
 }
@@ -76,6 +94,8 @@ pub struct CostModelInfo {
     pub name: &'static str,
     /// One line on what it is.
     pub summary: &'static str,
+    /// Whether it prices plans when no cost model is named.
+    pub is_default: bool,
     /// Hardware profiles it accepts.
     pub hardware: &'static [&'static str],
     /// Cost definitions.
@@ -85,12 +105,21 @@ pub struct CostModelInfo {
 /// Every cost model this build knows.
 #[must_use]
 pub fn cost_models() -> Vec<CostModelInfo> {
-    vec![CostModelInfo {
+    let mut models = vec![CostModelInfo {
         name: "analytical",
         summary: "TorchRec's perf estimator (table/column-wise shards, fused HBM kernels); reports forward/backward compute",
+        is_default: false,
         hardware: HardwareProfile::BUILTIN,
         definitions: &["neuroshard", "four-phase"],
-    }]
+    }];
+    models.extend(profiles::EMBEDDED.iter().map(|p| CostModelInfo {
+        name: p.name,
+        summary: p.hardware,
+        is_default: p.name == profiles::DEFAULT_PROFILE,
+        hardware: HardwareProfile::BUILTIN,
+        definitions: &["neuroshard", "four-phase"],
+    }));
+    models
 }
 
 /// How to draw a task from the built-in pool.
@@ -297,7 +326,7 @@ mod tests {
         let req =
             PlanRequest { task: sample(), planner: "magic".into(), seed: 0, model: ModelOptions::default(), repeat: 1 };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
-        let bad_hw = ModelOptions { hw: "tpu".into(), ..ModelOptions::default() };
+        let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };
         assert!(bad_hw.build().err().unwrap().to_string().contains("\"tpu\""));
         let bad_model = ModelOptions { cost_model: "oracle".into(), ..ModelOptions::default() };
         assert!(bad_model.build().err().unwrap().to_string().contains("oracle"));
@@ -315,6 +344,10 @@ mod tests {
     fn lists_every_registered_planner() {
         let names: Vec<&str> = planners().iter().map(|p| p.name).collect();
         assert_eq!(names, REGISTRY.iter().map(|e| e.name).collect::<Vec<_>>());
-        assert_eq!(cost_models()[0].name, COST_MODELS[0]);
+        let models: Vec<&str> = cost_models().iter().map(|m| m.name).collect();
+        assert_eq!(models, cost_model_names());
+        assert_eq!(cost_models().iter().filter(|m| m.is_default).count(), 1);
+        // The default prices with the embedded H100 profile and says so.
+        assert!(ModelOptions::default().build().unwrap().name().starts_with("neural:h100"));
     }
 }

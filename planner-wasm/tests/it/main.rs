@@ -49,6 +49,7 @@ fn lists_planners_and_models() {
     assert!(names.contains(&"size-lookup") && names.contains(&"random"), "{names:?}");
     let models = json(&pw::list_cost_models().unwrap());
     assert_eq!(models[0]["name"], "analytical");
+    assert!(models.as_array().unwrap().iter().any(|m| m["name"] == "h100" && m["is_default"] == true), "{models}");
     assert!(models[0]["hardware"].as_array().unwrap().iter().any(|h| h == "h100"));
 }
 
@@ -85,8 +86,10 @@ fn evaluates_and_edits_plans() {
     let doc_js = js(&doc.to_string());
     let same = json(&pw::evaluate_plan(&doc_js, &JsValue::UNDEFINED).unwrap());
     assert_eq!(same["report"], doc["report"]);
-    let h100 = json(&pw::evaluate_plan(&doc_js, &js(r#"{"hw": "h100"}"#)).unwrap());
+    let h100 = json(&pw::evaluate_plan(&doc_js, &js(r#"{"cost_model": "analytical", "hw": "h100"}"#)).unwrap());
     assert_eq!(h100["report"]["cost_model"], "analytical:h100");
+    // The default is the embedded H100 profile (learned compute, analytical comm), run by tract in wasm.
+    assert!(same["report"]["cost_model"].as_str().unwrap().starts_with("neural:h100"), "{}", same["report"]);
 
     // Move a piece of the bottleneck device elsewhere: the cost changes.
     let bottleneck = doc["report"]["bottleneck_device"].as_u64().unwrap();
