@@ -33,6 +33,7 @@ pub mod table;
 pub mod task;
 pub mod torchrec_plan;
 pub mod units;
+pub mod whatif;
 
 pub use cost::{
     AnalyticalModel, CostDefinition, CostModel, DeviceReport, HardwareProfile, PieceRef, PlanReport, evaluate,

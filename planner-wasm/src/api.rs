@@ -1,0 +1,353 @@
+//! The binding's operations on Rust values: request types in, planner-core calls, documents out.
+//! Nothing here touches JavaScript, so it is tested natively; the clock is passed in.
+
+use planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH;
+use planner_core::cost::profiles;
+use planner_core::planners::planner;
+use planner_core::task::sample_pool_tables;
+use planner_core::units::GIB;
+use planner_core::{
+    AnalyticalModel, CostDefinition, CostModel, Devices, Error, HardwareProfile, PLAN_SCHEMA, Plan, PlanContext,
+    PlanDocument, REGISTRY, Result, SuiteSpec, Task, whatif,
+};
+use serde::{Deserialize, Serialize};
+
+/// Names of the cost models this build knows (the CLI's `--cost-model`): the analytical model and the
+/// embedded trained profiles.
+#[must_use]
+pub fn cost_model_names() -> Vec<&'static str> {
+    let mut names = vec!["analytical"];
+    names.extend(profiles::names());
+    names
+}
+
+/// Which cost model prices plans; every field has the CLI's default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelOptions {
+    /// Cost model name (see [`cost_model_names`]); default: the embedded default profile.
+    pub cost_model: String,
+    /// Hardware preset of the analytical model ([`HardwareProfile::BUILTIN`]); default `torchrec`, or for
+    /// a trained profile's comm the preset of its hardware.
+    pub hw: Option<String>,
+    /// Cost definition.
+    pub definition: CostDefinition,
+    /// Global batch size the costs are for.
+    pub global_batch: u64,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        Self {
+            cost_model: profiles::DEFAULT_PROFILE.into(),
+            hw: None,
+            definition: CostDefinition::NeuroShard,
+            global_batch: DEFAULT_GLOBAL_BATCH,
+        }
+    }
+}
+
+impl ModelOptions {
+    /// Builds the model.
+    pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        let analytical = |preset: &str| {
+            AnalyticalModel::new(HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?, self.global_batch)
+        };
+        match self.cost_model.as_str() {
+            "analytical" => Ok(Box::new(analytical("torchrec")?)),
+            name => {
+                let Some(p) = profiles::find(name) else {
+                    return Err(Error::UnknownCostModel { name: name.into(), known: cost_model_names().join(", ") });
+                };
+                // As the CLI: a profile prices comm analytically where it has no comm model for the task's
+                // device count (a single-GPU profile has none); the model's name says so.
+                Ok(Box::new(profiles::load(name)?.with_comm_fallback(analytical(p.comm_fallback_hw)?)))
+            }
+        }
+    }
+}
+
+/// A registered planner as listed to JavaScript.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannerInfo {
+    /// Registry name.
+    pub name: &'static str,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// Whether it is a seed-paper baseline.
+    pub is_seed_baseline: bool,
+}
+
+/// Every registered planner, in report order.
+#[must_use]
+pub fn planners() -> Vec<PlannerInfo> {
+    REGISTRY
+        .iter()
+        .map(|e| PlannerInfo { name: e.name, summary: e.summary, is_seed_baseline: e.is_seed_baseline })
+        .collect()
+}
+
+/// A cost model as listed to JavaScript.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostModelInfo {
+    /// Name for [`ModelOptions::cost_model`].
+    pub name: &'static str,
+    /// One line on what it is.
+    pub summary: &'static str,
+    /// Whether it prices plans when no cost model is named.
+    pub is_default: bool,
+    /// Hardware profiles it accepts.
+    pub hardware: &'static [&'static str],
+    /// Cost definitions.
+    pub definitions: &'static [&'static str],
+}
+
+/// Every cost model this build knows.
+#[must_use]
+pub fn cost_models() -> Vec<CostModelInfo> {
+    let mut models = vec![CostModelInfo {
+        name: "analytical",
+        summary: "TorchRec's perf estimator (table/column-wise shards, fused HBM kernels); reports forward/backward compute",
+        is_default: false,
+        hardware: HardwareProfile::BUILTIN,
+        definitions: &["neuroshard", "four-phase"],
+    }];
+    models.extend(profiles::EMBEDDED.iter().map(|p| CostModelInfo {
+        name: p.name,
+        summary: p.hardware,
+        is_default: p.name == profiles::DEFAULT_PROFILE,
+        hardware: HardwareProfile::BUILTIN,
+        definitions: &["neuroshard", "four-phase"],
+    }));
+    models
+}
+
+/// How to draw a task from the built-in pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleRequest {
+    /// Number of devices.
+    pub devices: usize,
+    /// Cap of every device (default 4 GiB, the seeds' protocol).
+    #[serde(default)]
+    pub mem_cap_bytes: Option<u64>,
+    /// Largest dim (a power of two in 4..=128; default 128).
+    #[serde(default)]
+    pub max_dim: Option<u32>,
+    /// Number of tables; absent: the NeuroShard protocol draws it (2.5–15 per device, within memory).
+    #[serde(default)]
+    pub tables: Option<usize>,
+    /// Seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// Index of the task in the NeuroShard suite of `seed` (default 0): the same task as line `index`
+    /// of `shardplan tasks --seed <seed>`.
+    #[serde(default)]
+    pub index: usize,
+}
+
+/// Draws a task as [`SampleRequest`] says.
+pub fn sample_task(req: &SampleRequest) -> Result<Task> {
+    let ctx = "sample request";
+    let max_dim = req.max_dim.unwrap_or(128);
+    let cap = req.mem_cap_bytes.unwrap_or(4 * GIB);
+    if cap == 0 {
+        return Err(Error::field(ctx, "mem_cap_bytes", 0, "at least 1 byte"));
+    }
+    if req.devices == 0 {
+        return Err(Error::field(ctx, "devices", 0, "at least 1"));
+    }
+    let devices = Devices::uniform(req.devices, cap)?;
+    if let Some(n) = req.tables {
+        return Task::new(sample_pool_tables(n, max_dim, req.seed)?, devices);
+    }
+    // The protocol draws tables to fit 4 GiB devices; other caps replace the devices afterwards (as the
+    // CLI's `--mem` does), and the report says whether the plan still fits.
+    let mut task = SuiteSpec::neuroshard(req.devices, max_dim, req.index + 1, req.seed).task(req.index)?.task;
+    task.devices = devices;
+    Ok(task)
+}
+
+/// Parses uploaded tables text as `format` (`csv` or `json`).
+pub fn parse_tables(text: &str, format: &str, default_dim: Option<u32>) -> Result<Vec<planner_core::TableSpec>> {
+    match format.to_ascii_lowercase().as_str() {
+        "csv" => planner_core::input::parse_tables_csv(text, default_dim),
+        "json" => planner_core::input::parse_tables_json(text),
+        other => Err(Error::field("uploaded tables", "format", format!("{other:?}"), "\"csv\" or \"json\"")),
+    }
+}
+
+/// What to plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    /// The task.
+    pub task: Task,
+    /// Planner name (see [`planners`]).
+    pub planner: String,
+    /// Seed of randomised planners.
+    #[serde(default)]
+    pub seed: u64,
+    /// Cost model (default: analytical, TorchRec bandwidths, NeuroShard definition).
+    #[serde(default)]
+    pub model: ModelOptions,
+    /// Run the planner this many times (1..=10,000, default 1) and report the mean time per run:
+    /// browsers round `performance.now()` to 0.1 ms, coarser than a fast planner's run.
+    #[serde(default = "one")]
+    pub repeat: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Most runs [`PlanRequest::repeat`] allows.
+pub const MAX_REPEAT: u32 = 10_000;
+
+/// A plan and how long the planner took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanOutcome {
+    /// The plan with its report (`shardplan.plan/v1`).
+    pub document: PlanDocument,
+    /// Wall time of the planner call alone, ms (not evaluation or conversion).
+    pub planning_ms: f64,
+}
+
+/// Plans `req.task` with `req.planner`; `now_ms` is a monotonic clock in ms.
+pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> {
+    let entry = planner(&req.planner)?;
+    let model = req.model.build()?;
+    let planner = entry.build();
+    let ctx = PlanContext { cost_model: model.as_ref(), seed: req.seed };
+    if !(1..=MAX_REPEAT).contains(&req.repeat) {
+        return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
+    }
+    let start = now_ms();
+    let mut plan = planner.plan(&req.task, &ctx)?;
+    for _ in 1..req.repeat {
+        plan = planner.plan(&req.task, &ctx)?;
+    }
+    let planning_ms = (now_ms() - start) / f64::from(req.repeat);
+    let report = planner_core::evaluate(&req.task, &plan, model.as_ref(), req.model.definition)?;
+    Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, req.task.clone(), &plan, report), planning_ms })
+}
+
+fn validated(doc: &PlanDocument) -> Result<Plan> {
+    if doc.schema != PLAN_SCHEMA {
+        return Err(Error::field("plan document", "schema", format!("{:?}", doc.schema), format!("{PLAN_SCHEMA:?}")));
+    }
+    Plan::new(&doc.task, doc.pieces.clone())
+}
+
+/// Re-evaluates a plan document under `model`.
+pub fn evaluate(doc: PlanDocument, model: &ModelOptions) -> Result<PlanDocument> {
+    let plan = validated(&doc)?;
+    let report = planner_core::evaluate(&doc.task, &plan, model.build()?.as_ref(), model.definition)?;
+    Ok(PlanDocument { report, ..doc })
+}
+
+/// Suffix of the planner name of an edited plan, so a downloaded plan says it was edited by hand.
+pub const EDITED_SUFFIX: &str = "+what-if";
+
+/// Applies `edit` to a plan document and re-evaluates it.
+pub fn what_if(doc: PlanDocument, edit: &whatif::Edit, model: &ModelOptions) -> Result<PlanDocument> {
+    let plan = validated(&doc)?;
+    let (task, plan) = whatif::apply(&doc.task, &plan, edit)?;
+    let report = planner_core::evaluate(&task, &plan, model.build()?.as_ref(), model.definition)?;
+    let planner =
+        if doc.planner.ends_with(EDITED_SUFFIX) { doc.planner } else { format!("{}{EDITED_SUFFIX}", doc.planner) };
+    Ok(PlanDocument::new(&planner, doc.seed, task, &plan, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Task {
+        sample_task(&SampleRequest {
+            devices: 4,
+            mem_cap_bytes: None,
+            max_dim: Some(64),
+            tables: None,
+            seed: 7,
+            index: 0,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn samples_the_same_task_as_the_suite() {
+        let t = sample();
+        assert_eq!(t, SuiteSpec::neuroshard(4, 64, 1, 7).task(0).unwrap().task);
+        let n = sample_task(&SampleRequest { tables: Some(12), ..serde_json::from_str(r#"{"devices": 2}"#).unwrap() })
+            .unwrap();
+        assert_eq!((n.tables.len(), n.devices.count()), (12, 2));
+        let e = sample_task(&serde_json::from_str(r#"{"devices": 0}"#).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`devices` = 0"), "{e}");
+    }
+
+    #[test]
+    fn plan_evaluate_and_edit_agree() {
+        let req = PlanRequest {
+            task: sample(),
+            planner: "size-lookup".into(),
+            seed: 0,
+            model: ModelOptions::default(),
+            repeat: 1,
+        };
+        let ticks = std::cell::Cell::new(1.0);
+        let out = plan(&req, || ticks.replace(3.5)).unwrap();
+        assert_eq!(out.planning_ms, 2.5);
+        let ticks = std::cell::Cell::new(1.0);
+        let five = plan(&PlanRequest { repeat: 5, ..req.clone() }, || ticks.replace(11.0)).unwrap();
+        assert_eq!((five.planning_ms, &five.document), (2.0, &out.document));
+        let e = plan(&PlanRequest { repeat: 0, ..req.clone() }, || 0.0).unwrap_err().to_string();
+        assert!(e.contains("`repeat` = 0"), "{e}");
+        let doc = out.document;
+        assert_eq!(doc.schema, PLAN_SCHEMA);
+        assert!(doc.report.cost_ms > 0.0 && doc.report.feasible);
+        // Re-evaluating gives the same report; another definition gives another one.
+        assert_eq!(evaluate(doc.clone(), &ModelOptions::default()).unwrap(), doc);
+        let four = ModelOptions { definition: CostDefinition::FourPhase, ..ModelOptions::default() };
+        assert_eq!(evaluate(doc.clone(), &four).unwrap().report.definition, CostDefinition::FourPhase);
+        // Moving a piece off the bottleneck device changes the cost and marks the plan as edited.
+        let p = doc.pieces.iter().find(|p| p.device == doc.report.bottleneck_device).unwrap();
+        let to_device = (p.device + 1) % 4;
+        let edit = whatif::Edit::Move { table_id: p.table_id, col_offset: p.col_offset, to_device };
+        let edited = what_if(doc.clone(), &edit, &ModelOptions::default()).unwrap();
+        assert_ne!(edited.report.cost_ms, doc.report.cost_ms);
+        assert_eq!(edited.planner, "size-lookup+what-if");
+        let again = what_if(edited, &edit, &ModelOptions::default()).unwrap();
+        assert_eq!(again.planner, "size-lookup+what-if");
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        let req =
+            PlanRequest { task: sample(), planner: "magic".into(), seed: 0, model: ModelOptions::default(), repeat: 1 };
+        assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
+        let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };
+        assert!(bad_hw.build().err().unwrap().to_string().contains("\"tpu\""));
+        let bad_model = ModelOptions { cost_model: "oracle".into(), ..ModelOptions::default() };
+        assert!(bad_model.build().err().unwrap().to_string().contains("oracle"));
+        let e = parse_tables("rows", "xml", None).unwrap_err().to_string();
+        assert!(e.contains("`format` = \"xml\""), "{e}");
+        let e = parse_tables("rows,dim,pooling_factor\n10,6,1\n", "csv", None).unwrap_err().to_string();
+        assert!(e.contains("`dim` = 6"), "{e}");
+        let out = plan(&PlanRequest { planner: "dim".into(), ..req }, || 0.0).unwrap();
+        let doc = PlanDocument { schema: "other/v9".into(), ..out.document };
+        let e = evaluate(doc, &ModelOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("`schema`") && e.contains("other/v9"), "{e}");
+    }
+
+    #[test]
+    fn lists_every_registered_planner() {
+        let names: Vec<&str> = planners().iter().map(|p| p.name).collect();
+        assert_eq!(names, REGISTRY.iter().map(|e| e.name).collect::<Vec<_>>());
+        let models: Vec<&str> = cost_models().iter().map(|m| m.name).collect();
+        assert_eq!(models, cost_model_names());
+        assert_eq!(cost_models().iter().filter(|m| m.is_default).count(), 1);
+        // The default prices with the embedded H100 profile and says so.
+        assert!(ModelOptions::default().build().unwrap().name().starts_with("neural:h100"));
+    }
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every test of the workspace: the Rust tests, the wasm binding's tests under Node, and the web demo's
+# end-to-end test in headless Chromium. The README's test command and CI both run this script.
+#
+# Needs (installed once; .ci/run installs them itself): the wasm32-unknown-unknown target (from
+# rust-toolchain.toml), wasm-bindgen-cli of the pinned version (installed here with cargo when
+# missing), Node.js >= 20 with npm, and Chromium (Debian: `apt-get install chromium`; or set CHROMIUM
+# to a Chromium/Chrome binary).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+step() { printf '\n== %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+
+step "Rust tests"
+cargo test --workspace
+
+step "wasm-bindgen-cli"
+want=$(sed -n 's/^wasm-bindgen = "=\(.*\)".*/\1/p' Cargo.toml)
+have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$have" != "$want" ]; then
+  echo "installing wasm-bindgen-cli $want (found: ${have:-none})"
+  # No --locked: the CLI's lock file names a version missing from the index (docs/WEB.md).
+  cargo install wasm-bindgen-cli --version "$want"
+fi
+wasm-bindgen --version
+
+step "planner-wasm tests under Node (wasm-bindgen-test)"
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  cargo test --target wasm32-unknown-unknown -p planner-wasm
+
+step "web demo: build the wasm bundle"
+web-demo/build.sh
+
+step "web demo: end-to-end test in headless Chromium"
+chromium=${CHROMIUM:-/usr/bin/chromium}
+if [ ! -x "$chromium" ]; then
+  echo "Chromium not found at $chromium: install it (Debian: apt-get install chromium) or set CHROMIUM" >&2
+  exit 1
+fi
+(cd web-demo && npm ci --no-audit --no-fund --loglevel=error && CHROMIUM="$chromium" node tests/e2e.mjs)
+
+step "all tests passed in $(( $(date +%s) - started ))s"

@@ -1,0 +1,195 @@
+// End-to-end test of the what-if page in real headless Chromium (Debian's /usr/bin/chromium, driven by
+// playwright-core; no browser is downloaded). Run `web-demo/build.sh` first, then `node tests/e2e.mjs`
+// from web-demo/ (or `npm test`). Screenshots go to web-demo/test-artifacts/ (git-ignored).
+//
+// The expected numbers come from the same wasm module loaded in Node, so the test checks that the page
+// shows what the planner computes, not merely that some number appears.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { serve } from '../serve.mjs';
+import { initSync, planAll, whatIf } from './planner.mjs';
+
+const demo = fileURLToPath(new URL('..', import.meta.url));
+const artifacts = join(demo, 'test-artifacts');
+mkdirSync(artifacts, { recursive: true });
+initSync(readFileSync(join(demo, 'pkg', 'planner_wasm_bg.wasm')));
+
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const GIB = 2 ** 30;
+const deadline = setTimeout(() => { console.error('e2e: timed out after 180 s'); process.exit(1); }, 180_000);
+
+const server = await serve(0);
+const base = `http://127.0.0.1:${server.address().port}/`;
+const profile = mkdtempSync(join(tmpdir(), 'shardplan-e2e-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: chromiumPath,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1440, height: 900 },
+  acceptDownloads: true,
+});
+
+const problems = [];
+const page = context.pages()[0] ?? await context.newPage();
+page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+// No request may leave the machine: everything the page needs is served from 127.0.0.1.
+context.on('request', (r) => {
+  const u = r.url();
+  if (!(u.startsWith(base) || u.startsWith('data:') || u.startsWith('blob:'))) problems.push(`external request: ${u}`);
+});
+
+let step = 0;
+async function shot(name) {
+  step += 1;
+  const path = join(artifacts, `${String(step).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  console.log(`  screenshot ${path}`);
+}
+const text = (sel) => page.locator(sel).first().innerText();
+const costShown = async () => Number((await text('[data-kpi="cost"] .v')).replace(' ms', ''));
+async function waitForCost(expected) {
+  await page.waitForFunction(
+    (want) => document.querySelector('[data-kpi="cost"] .v')?.textContent === `${want} ms`,
+    expected.toFixed(3), { timeout: 15_000 },
+  );
+}
+const close = (a, b, what) => assert.ok(Math.abs(a - b) <= 5e-4 + 1e-9 * Math.abs(b), `${what}: page ${a}, expected ${b}`);
+
+try {
+  // 1. The page loads, samples the default task (4 devices, 4 GiB, max dim 128, seed 7) and plans it
+  //    with every planner.
+  console.log('e2e: load and plan');
+  await page.goto(base);
+  await page.waitForFunction(() => document.querySelectorAll('#planners tbody tr').length > 0
+    && document.querySelector('[data-kpi="cost"]'), null, { timeout: 30_000 });
+  const task = await import('./planner.mjs').then((m) => m.sampleTask({ devices: 4, mem_cap_bytes: 4 * GIB, max_dim: 128, seed: 7 }));
+  const expected = planAll(task, 7, { cost_model: 'h100', definition: 'neuroshard' });
+  const rows = await page.locator('#planners tbody tr').all();
+  assert.equal(rows.length, expected.length, 'one row per planner');
+  for (const want of expected) {
+    const row = page.locator(`#planners tbody tr[data-planner="${want.planner}"]`);
+    const cells = await row.locator('td').allInnerTexts();
+    if (want.document) {
+      close(Number(cells[2].replace('best', '').trim()), want.document.report.cost_ms, `${want.planner} cost`);
+      assert.equal(cells[3].startsWith('yes'), want.document.report.feasible, `${want.planner} validity`);
+      const planning = Number(cells[4]);
+      assert.ok(planning >= 0 && planning < 5_000, `${want.planner} planning time ${cells[4]}`);
+    } else {
+      assert.ok(cells[3].includes(want.error.slice(0, 30)), `${want.planner} shows its error`);
+    }
+  }
+  const best = expected.filter((r) => r.document?.report.feasible)
+    .reduce((b, r) => (!b || r.document.report.cost_ms < b.document.report.cost_ms ? r : b), null);
+  assert.ok(best, 'some planner finds a valid plan');
+  let doc = best.document;
+  close(await costShown(), doc.report.cost_ms, 'shown plan cost');
+  // Plausible numbers: costs of a few ms per iteration, one lane per device whose longest total is the cost.
+  assert.ok(doc.report.cost_ms > 0.05 && doc.report.cost_ms < 1_000, `cost ${doc.report.cost_ms} ms`);
+  assert.equal(await page.locator('#timeline .lane').count(), 4);
+  assert.equal(await page.locator('#timeline .lane.bottleneck').count(), 1);
+  const bottleneckLane = await page.locator('#timeline .lane.bottleneck').getAttribute('data-device');
+  assert.equal(Number(bottleneckLane), doc.report.bottleneck_device);
+  const totals = (await page.locator('#timeline .lane .total').allInnerTexts()).map((t) => Number(t.replace(' ms', '')));
+  close(Math.max(...totals), doc.report.cost_ms, 'largest device total');
+  // Four phases when the cost model splits forward and backward compute (the analytical one); the default
+  // learned profile predicts compute as one figure, drawn as one segment beside the two all-to-alls.
+  const phases = doc.report.devices[0].compute_split ? 4 : 3;
+  assert.equal(await page.locator('#timeline .lane').first().locator('.seg').count(), phases, 'phases per device');
+  assert.equal(await page.locator('#pieces tbody tr').count(), doc.pieces.length);
+  assert.equal(await page.locator('#board .device .mem').count(), 4, 'a memory bar per device');
+  assert.match(await text('#board .device .memtext'), /GiB \/ 4\.00 GiB/);
+  await shot('planned');
+
+  // 2. Move a piece off the bottleneck device (select in the pieces table): the predicted cost changes
+  //    to exactly what the planner computes for the edited plan.
+  console.log('e2e: move a table with the keyboard-usable select');
+  const totalsByDevice = doc.report.devices.map((d) => d.total_ms);
+  const target = totalsByDevice.indexOf(Math.min(...totalsByDevice));
+  const piece = doc.pieces.find((p) => p.device === doc.report.bottleneck_device);
+  const name = doc.task.tables[piece.table_id].name;
+  const moved = whatIf(doc, { op: 'move', table_id: piece.table_id, col_offset: piece.col_offset, to_device: target });
+  assert.notEqual(moved.report.cost_ms.toFixed(3), doc.report.cost_ms.toFixed(3), 'the fixture move must change the cost');
+  await page.getByLabel(`Device of ${name}`, { exact: true }).selectOption(String(target));
+  await waitForCost(moved.report.cost_ms);
+  assert.match(await text('#status'), new RegExp(`Moved ${name}`));
+  assert.match(await text('[data-kpi="delta"] .v'), /^[+-]\d+\.\d{3} ms$/);
+  await shot('moved');
+
+  // 3. Undo restores the planner's cost; drag-and-drop moves a piece too.
+  console.log('e2e: undo, then drag a piece');
+  await page.getByRole('button', { name: 'Undo' }).click();
+  await waitForCost(doc.report.cost_ms);
+  const chip = page.locator(`#board .chip[data-piece="${piece.table_id}:${piece.col_offset}"]`);
+  await chip.dragTo(page.locator(`#board .device[data-device="${target}"]`));
+  await waitForCost(moved.report.cost_ms);
+  assert.equal(await page.locator(`#board .device[data-device="${target}"] .chip[data-piece="${piece.table_id}:${piece.col_offset}"]`).count(), 1);
+  doc = moved;
+
+  // 4. Select a piece with the keyboard and split it: one more piece, the cost the planner predicts.
+  console.log('e2e: select with the keyboard and split');
+  const big = doc.pieces.find((p) => p.dim >= 64);
+  const bigName = doc.task.tables[big.table_id].name;
+  await page.locator(`#board .chip[data-piece="${big.table_id}:${big.col_offset}"]`).focus();
+  await page.keyboard.press('Enter');
+  await page.locator('#selection').waitFor({ state: 'visible' });
+  assert.match(await text('#selection-label'), new RegExp(`Selected: ${bigName}`));
+  const split = whatIf(doc, { op: 'split', table_id: big.table_id, col_offset: big.col_offset });
+  await page.getByRole('button', { name: 'Split in half' }).click();
+  await waitForCost(split.report.cost_ms);
+  assert.equal(await page.locator('#pieces tbody tr').count(), doc.pieces.length + 1);
+  await page.getByRole('button', { name: 'Merge halves' }).waitFor();
+  await shot('split');
+
+  // 5. Download the edited plan: a shardplan.plan/v1 document with the edit in it.
+  console.log('e2e: download');
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download plan JSON' }).click()]);
+  const saved = JSON.parse(readFileSync(await download.path(), 'utf8'));
+  assert.equal(saved.schema, 'shardplan.plan/v1');
+  assert.equal(saved.pieces.length, split.pieces.length);
+  assert.match(saved.planner, /\+what-if$/);
+  close(saved.report.cost_ms, split.report.cost_ms, 'downloaded cost');
+
+  // 6. Malformed uploads get a readable message naming the line, field and value; a good one plans.
+  console.log('e2e: uploads');
+  await page.setInputFiles('#upload', { name: 'bad.csv', mimeType: 'text/csv', buffer: Buffer.from('name,rows,dim,pooling_factor\nuser,1000,6,2\n') });
+  await page.locator('#upload-error').waitFor({ state: 'visible' });
+  const csvError = await text('#upload-error');
+  assert.match(csvError, /Could not read bad\.csv/);
+  assert.match(csvError, /line 2/);
+  assert.match(csvError, /`dim` = 6/);
+  assert.match(csvError, /multiple of 4/);
+  await shot('bad-upload');
+  await page.setInputFiles('#upload', { name: 'broken.json', mimeType: 'application/json', buffer: Buffer.from('{"tables": [ {"rows": 10,') });
+  await page.waitForFunction(() => document.querySelector('#upload-error')?.textContent.includes('broken.json'));
+  assert.match(await text('#upload-error'), /tables JSON/);
+  await page.setInputFiles('#upload', { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hello') });
+  await page.waitForFunction(() => document.querySelector('#upload-error')?.textContent.includes('notes.txt'));
+  assert.match(await text('#upload-error'), /\.csv or \.json/);
+  const good = [
+    { name: 'user_id', rows: 10_000_000, dim: 64, pooling_factor: 1 },
+    { name: 'item_hist', rows: 2_000_000, dim: 32, pooling_factor: 40.5 },
+    { name: 'country', rows: 300, dim: 16, pooling_factor: 1 },
+  ];
+  await page.setInputFiles('#upload', { name: 'mine.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(good)) });
+  await page.waitForFunction(() => document.querySelector('#task-summary')?.textContent.includes('mine.json')
+    && document.querySelectorAll('#pieces tbody tr').length === 3, null, { timeout: 15_000 });
+  assert.equal(await page.locator('#upload-error').isVisible(), false, 'a good upload clears the error');
+
+  // 7. Readable at laptop size.
+  await page.setViewportSize({ width: 1366, height: 768 });
+  await shot('laptop-1366x768');
+
+  assert.deepEqual(problems, [], 'no page errors, console errors or external requests');
+  console.log(`e2e: ok (${step} screenshots in ${artifacts})`);
+} finally {
+  await context.close();
+  server.close();
+  rmSync(profile, { recursive: true, force: true });
+  clearTimeout(deadline);
+}
