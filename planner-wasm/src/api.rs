@@ -218,7 +218,7 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
     let entry = planner(&req.planner)?;
     let model = req.model.build()?;
     let planner = entry.build();
-    let ctx = PlanContext { cost_model: model.as_ref(), seed: req.seed };
+    let ctx = PlanContext::new(model.as_ref(), req.seed);
     if !(1..=MAX_REPEAT).contains(&req.repeat) {
         return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
     }

@@ -1,5 +1,5 @@
 //! A plain-Rust evaluator for the small MLP graphs the trainer exports (`Gemm` with `transB`, or
-//! `MatMul` + `Add`, and `Relu`), read from the ONNX protobuf itself.
+//! `MatMul` + `Add`, `Relu`, and `Identity` renames), read from the ONNX protobuf itself.
 //!
 //! Why: a tract call costs microseconds whatever the batch, and a sharding search prices hundreds of
 //! thousands of device sets. The compute head is 32 → 64 → 1 wide, a few thousand multiply-adds, so
@@ -157,6 +157,8 @@ impl NativeMlp {
                     }
                     layers.push(Dense { weights, bias, inputs, outputs, relu: false });
                 }
+                // A renamed output (exporters end graphs with one); it changes nothing.
+                "Identity" if pending.is_none() => {}
                 "Relu" => {
                     let last = layers.last_mut().filter(|l| !l.relu && pending.is_none());
                     let Some(last) = last else { return Err(unsupported("Relu not after a dense layer")) };

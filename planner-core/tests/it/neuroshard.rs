@@ -147,7 +147,8 @@ fn native_head_equals_tract() {
     for (x, t) in rows.iter().zip(&tract) {
         let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let n = native.forward(&xs)[0].max(0.0);
-        assert!((n - t).abs() <= 1e-5 * t.abs().max(1e-2), "native {n} vs tract {t}");
+        // tract sums in f32, the native head in f64: agreement to 1e-5 relative, or 1e-6 ms near zero.
+        assert!((n - t).abs() <= 1e-5 * t.abs() + 1e-6, "native {n} vs tract {t}");
     }
     // The set costs the model reports (native head over fixed-point sums) equal tract's head over
     // the f32 sum of the encoder's embeddings.
@@ -162,7 +163,7 @@ fn native_head_equals_tract() {
     }
     let via_tract = model.head_ms(&[sum]).unwrap()[0];
     let reported = model.compute_ms(&set).unwrap();
-    assert!((reported - via_tract).abs() <= 1e-5 * via_tract.abs().max(1e-2), "{reported} vs {via_tract}");
+    assert!((reported - via_tract).abs() <= 1e-5 * via_tract.abs() + 1e-6, "{reported} vs {via_tract}");
 }
 
 #[test]
@@ -172,7 +173,10 @@ fn refine_never_worsens_and_keeps_plans_valid() {
         for (k, task) in tasks().into_iter().enumerate().take(3) {
             let ctx = PlanContext::new(model.as_ref(), k as u64);
             for name in ["random", "size-lookup", "dim"] {
-                let plan = planner_core::planners::planner(name).unwrap().build().plan(&task, &ctx).unwrap();
+                // A baseline that cannot place an oversized table has nothing to refine.
+                let Ok(plan) = planner_core::planners::planner(name).unwrap().build().plan(&task, &ctx) else {
+                    continue;
+                };
                 let before = evaluate(&task, &plan, model.as_ref(), CostDefinition::NeuroShard).unwrap();
                 let config = RefineConfig { max_passes: 40, ..RefineConfig::default() };
                 let (refined, _) = refine(&task, &plan, &ctx, &config).unwrap();
@@ -220,15 +224,21 @@ fn no_plan_beats_the_lower_bound_under_the_analytical_model() {
     }
 }
 
-/// A tiny task: `n` pool-like tables on `d` devices with `cap` bytes each.
-fn tiny(seed: u64, n: usize, d: usize, cap: u64) -> Task {
+/// A tiny task: `n` pool-like tables on `d` devices. Each device holds `cap_factor` times an even
+/// share of the bytes, but never less than the largest table (so that every table fits unsplit and
+/// the brute force over unsplit placements has something to find); `cap_factor` near 1 makes memory
+/// the binding constraint.
+fn tiny(seed: u64, n: usize, d: usize, cap_factor: f64) -> Task {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let tables = (0..n)
+    let tables: Vec<_> = (0..n)
         .map(|i| {
             let dim = [8, 16, 32, 64][rng.random_range(0..4)];
             table(&format!("t{i}"), rng.random_range(1_000..2_000_000), dim, rng.random_range(0.5..40.0))
         })
         .collect();
+    let total: u64 = tables.iter().map(|t| t.size_bytes()).sum();
+    let largest = tables.iter().map(|t| t.size_bytes()).max().unwrap();
+    let cap = largest.max((total as f64 * cap_factor / d as f64) as u64);
     Task::new(tables, Devices::uniform(d, cap).unwrap()).unwrap()
 }
 
@@ -261,8 +271,9 @@ fn p2_level(x: u32) -> u32 {
 #[test]
 fn exact_search_is_optimal_on_tiny_tasks() {
     let model = AnalyticalModel::default();
-    for (seed, cap) in [(1, 1u64 << 30), (2, 12 << 20), (3, 20 << 20)] {
-        let task = tiny(seed, 6, 3, cap);
+    // Loose memory, tight memory (some placements overflow), and in between.
+    for (seed, cap_factor) in [(1, 10.0), (2, 1.1), (3, 1.4)] {
+        let task = tiny(seed, 6, 3, cap_factor);
         let bound = lower_bound(&task, &model).unwrap();
         let flat = exact(&task, &model, &ExactConfig::default()).unwrap();
         assert!(flat.complete);
@@ -274,11 +285,13 @@ fn exact_search_is_optimal_on_tiny_tasks() {
         assert!(deep.cost_ms <= flat.cost_ms + 1e-12);
         for (name, plan) in all_plans(&task, &model) {
             let r = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+            // The searches sum set vectors in fixed point (2^-24 per piece), `evaluate` in f64.
+            let tol = 1e-7 * r.cost_ms;
             if r.feasible && equal_halvings(&task, &plan, 1) {
-                assert!(deep.cost_ms <= r.cost_ms + 1e-9, "{name}: {} < exact {}", r.cost_ms, deep.cost_ms);
+                assert!(deep.cost_ms <= r.cost_ms + tol, "{name}: {} < exact {}", r.cost_ms, deep.cost_ms);
             }
             if r.feasible && equal_halvings(&task, &plan, 0) {
-                assert!(flat.cost_ms <= r.cost_ms + 1e-9, "{name}: {} < exact {}", r.cost_ms, flat.cost_ms);
+                assert!(flat.cost_ms <= r.cost_ms + tol, "{name}: {} < exact {}", r.cost_ms, flat.cost_ms);
             }
         }
     }

@@ -72,7 +72,7 @@ fn plans_in_the_cli_schema_with_a_planning_time() {
     let native = planner_core::planners::planner("size-lookup")
         .unwrap()
         .build()
-        .plan(&doc.task, &planner_core::PlanContext { cost_model: &model, seed: 3 })
+        .plan(&doc.task, &planner_core::PlanContext::new(&model, 3))
         .unwrap();
     assert_eq!(plan, native);
     // The default profile predicts forward + backward as one figure, so `compute_split` is `null`.
