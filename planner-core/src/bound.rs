@@ -57,7 +57,11 @@ fn widths(task: &Task, t: usize) -> Result<Vec<u32>> {
     let all: Vec<u32> = (1..=table.dim / 4).map(|k| 4 * k).filter(|w| table.dim % w == 0).collect();
     let fit: Vec<u32> = all.iter().copied().filter(|&w| table.piece_bytes(w) <= max_cap).collect();
     if fit.is_empty() {
-        return Err(Error::NoFit { table: table.name.clone(), need_bytes: table.piece_bytes(4), best_free_bytes: max_cap });
+        return Err(Error::NoFit {
+            table: table.name.clone(),
+            need_bytes: table.piece_bytes(4),
+            best_free_bytes: max_cap,
+        });
     }
     Ok(fit)
 }
@@ -195,11 +199,8 @@ impl Bnb<'_> {
             let c = self.ev.set_cost_with(&sets[d], id)?;
             let mut lb = 0.0f64;
             for r in 0..sets.len() {
-                let (cr, dr) = if r == d {
-                    (c, sets[r].dims + u64::from(pieces[i].2))
-                } else {
-                    (compute[r], sets[r].dims)
-                };
+                let (cr, dr) =
+                    if r == d { (c, sets[r].dims + u64::from(pieces[i].2)) } else { (compute[r], sets[r].dims) };
                 lb = lb.max(cr + self.comm(model, dr)?);
             }
             if lb >= self.best_cost {

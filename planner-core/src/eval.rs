@@ -79,12 +79,49 @@ pub fn summarize(runs: &[(String, Vec<TaskOutcome>)], is_baseline: impl Fn(&str)
     rows
 }
 
+/// Kendall's tau-b between two rankings of the same items (ties in either count against neither
+/// side); `None` for fewer than two items or when either side is all ties. Used to ask whether a cost
+/// model orders plans the way measurements do.
+#[must_use]
+pub fn kendall_tau(a: &[f64], b: &[f64]) -> Option<f64> {
+    let n = a.len().min(b.len());
+    let (mut concordant, mut discordant, mut ties_a, mut ties_b) = (0i64, 0i64, 0i64, 0i64);
+    for i in 0..n {
+        for j in i + 1..n {
+            let da = a[i].total_cmp(&a[j]) as i64;
+            let db = b[i].total_cmp(&b[j]) as i64;
+            match (da, db) {
+                (0, 0) => {}
+                (0, _) => ties_a += 1,
+                (_, 0) => ties_b += 1,
+                _ if da == db => concordant += 1,
+                _ => discordant += 1,
+            }
+        }
+    }
+    let pairs_a = (concordant + discordant + ties_b) as f64;
+    let pairs_b = (concordant + discordant + ties_a) as f64;
+    (pairs_a > 0.0 && pairs_b > 0.0).then(|| (concordant - discordant) as f64 / (pairs_a * pairs_b).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn o(cost: Option<f64>, t: f64) -> TaskOutcome {
         TaskOutcome { cost_ms: cost, plan_time_ms: t }
+    }
+
+    #[test]
+    fn kendall_tau_b() {
+        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), Some(1.0));
+        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
+        // One swapped pair of three: (2 - 1) / 3.
+        assert!((kendall_tau(&[1.0, 2.0, 3.0], &[1.0, 3.0, 2.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        // A tie in `a` (items 0 and 1): C = 2, D = 0, pairs_a = 2, pairs_b = 3: 2 / sqrt(6).
+        assert!((kendall_tau(&[1.0, 1.0, 2.0], &[1.0, 2.0, 3.0]).unwrap() - 2.0 / 6f64.sqrt()).abs() < 1e-12);
+        assert_eq!(kendall_tau(&[1.0], &[1.0]), None);
+        assert_eq!(kendall_tau(&[1.0, 1.0], &[1.0, 2.0]), None);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! `shardplan`: the command line of shardplan.
 //!
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
-//! `eval` (run planners over a suite), `export-torchrec` (a plan as a TorchRec sharding plan),
+//! `eval` (run planners over a suite), `bench` (every planner on the NeuroShard protocol with both
+//! judges, bound and optimality gaps, scale), `export-torchrec` (a plan as a TorchRec sharding plan),
 //! `dynamic` (replay a request stream through the ALIS row-sharding policies), `pool` (the built-in
 //! table pool as CSV), `list` (planners and cost models). Arguments are parsed in two
 //! stages: clap turns the command line into raw values, and planner-core's constructors validate them
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
 //! exit with status 1 (usage errors: 2, from clap).
 
+mod bench_cmd;
 mod common;
 mod dynamic;
 mod eval_cmd;
@@ -36,6 +38,9 @@ enum Command {
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
     Eval(eval_cmd::EvalArgs),
+    /// Every planner on the NeuroShard protocol, judged by prediction and (optionally) measurement;
+    /// lower-bound and optimality gaps; planning time at scale.
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Write a plan document as a TorchRec sharding plan (apply it in TorchRec: docs/TORCHREC.md).
     ExportTorchrec(export_cmd::ExportArgs),
     /// Replay a request stream through the dynamic row-sharding policies (ALIS and baselines).
@@ -52,6 +57,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan_cmd::run(a),
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::Bench(a) => bench_cmd::run(a),
         Command::ExportTorchrec(a) => export_cmd::run(a),
         Command::Dynamic(a) => dynamic::run(a),
         Command::Pool(a) => pool_cmd::run(a),
@@ -72,7 +78,7 @@ fn main() -> ExitCode {
 fn list() {
     println!("planners:");
     for e in planner_core::REGISTRY {
-        println!("  {:<12} {}", e.name, e.summary);
+        println!("  {:<18} {}", e.name, e.summary);
     }
     println!("cost models:");
     println!(

@@ -66,7 +66,12 @@ fn tensor_f64(t: &TensorProto) -> Result<Vec<f64>, String> {
         t.float_data.iter().map(|&v| f64::from(v)).collect()
     };
     if values.len() as i64 != n {
-        return Err(unsupported(format!("initializer `{}` holds {} values for dims {:?}", t.name, values.len(), t.dims)));
+        return Err(unsupported(format!(
+            "initializer `{}` holds {} values for dims {:?}",
+            t.name,
+            values.len(),
+            t.dims
+        )));
     }
     Ok(values)
 }
@@ -102,7 +107,10 @@ impl NativeMlp {
         for node in &graph.node {
             let ins: Vec<&str> = node.input.iter().map(String::as_str).collect();
             if ins.first() != Some(&current.as_str()) {
-                return Err(unsupported(format!("node `{}` ({}) does not continue the chain", node.name, node.op_type)));
+                return Err(unsupported(format!(
+                    "node `{}` ({}) does not continue the chain",
+                    node.name, node.op_type
+                )));
             }
             let init = |k: usize| -> Result<(Vec<f64>, &TensorProto), String> {
                 let name = ins.get(k).ok_or_else(|| unsupported(format!("{} lacks input {k}", node.op_type)))?;
@@ -124,7 +132,8 @@ impl NativeMlp {
                     let mut weights = vec![0.0; inputs * outputs];
                     for o in 0..outputs {
                         for i in 0..inputs {
-                            weights[o * inputs + i] = alpha * if trans_b { w[o * inputs + i] } else { w[i * outputs + o] };
+                            weights[o * inputs + i] =
+                                alpha * if trans_b { w[o * inputs + i] } else { w[i * outputs + o] };
                         }
                     }
                     let bias = if ins.len() > 2 { init(2)?.0 } else { vec![0.0; outputs] };

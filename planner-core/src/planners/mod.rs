@@ -228,7 +228,12 @@ pub const REGISTRY: &[PlannerEntry] = &[
         name: "size-lookup+refine",
         summary: "the size-lookup greedy baseline, then local search (move, swap, merge, split)",
         is_seed_baseline: false,
-        make: || Box::new(refine::Refined::new("size-lookup+refine", Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)))),
+        make: || {
+            Box::new(refine::Refined::new(
+                "size-lookup+refine",
+                Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
+            ))
+        },
     },
     PlannerEntry {
         name: "torchrec",

@@ -250,7 +250,9 @@ impl<'t> Search<'t> {
                 let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
                 for &s in &g.scales {
                     let best = (0..n_dev)
-                        .filter(|&d| !costs[d].is_nan() && (g.sets[d].dims + u64::from(info.dim)) as f64 <= limits[s] + 1e-9)
+                        .filter(|&d| {
+                            !costs[d].is_nan() && (g.sets[d].dims + u64::from(info.dim)) as f64 <= limits[s] + 1e-9
+                        })
                         .min_by(|&a, &b| {
                             costs[a].total_cmp(&costs[b]).then(g.sets[a].bytes.cmp(&g.sets[b].bytes)).then(a.cmp(&b))
                         });
@@ -316,9 +318,8 @@ impl<'t> Search<'t> {
             for d in 0..n_dev {
                 if sets[d].bytes + info.bytes <= caps[d] {
                     let c = self.ev.set_cost_with(&sets[d], id)?;
-                    let better = best.is_none_or(|(bd, bc)| {
-                        c.total_cmp(&bc).then(sets[d].bytes.cmp(&sets[bd].bytes)).is_lt()
-                    });
+                    let better =
+                        best.is_none_or(|(bd, bc)| c.total_cmp(&bc).then(sets[d].bytes.cmp(&sets[bd].bytes)).is_lt());
                     if better {
                         best = Some((d, c));
                     }
@@ -445,4 +446,3 @@ impl<'t> Search<'t> {
         Plan::new(self.ev.task, pieces)
     }
 }
-

@@ -98,9 +98,11 @@ impl State<'_> {
             if a.rows.is_some() || t.dim % double != 0 || !(t.dim / double).is_power_of_two() || a.off % double != 0 {
                 continue;
             }
-            if let Some(j) = self.pieces.iter().position(|b| {
-                b.table == a.table && b.rows.is_none() && b.dim == a.dim && b.off == a.off + a.dim
-            }) {
+            if let Some(j) = self
+                .pieces
+                .iter()
+                .position(|b| b.table == a.table && b.rows.is_none() && b.dim == a.dim && b.off == a.off + a.dim)
+            {
                 out.push(Change::Merge(i, j, a.device));
                 if self.pieces[j].device != a.device {
                     out.push(Change::Merge(i, j, self.pieces[j].device));

@@ -128,15 +128,18 @@ impl<'a> Evaluator<'a> {
         }
         if !new.is_empty() {
             if let Some(inc) = self.inc {
-                let refs: Vec<PieceRef<'_>> = new
-                    .iter()
-                    .map(|&(t, dim, rows)| PieceRef { table: &self.task.tables[t], dim, rows })
-                    .collect();
+                let refs: Vec<PieceRef<'_>> =
+                    new.iter().map(|&(t, dim, rows)| PieceRef { table: &self.task.tables[t], dim, rows }).collect();
                 let v = inc.piece_vectors(&refs)?;
                 if v.len() != new.len() * self.width {
                     return Err(Error::CostModel {
                         model: self.model.name(),
-                        message: format!("{} piece vector values for {} pieces of width {}", v.len(), new.len(), self.width),
+                        message: format!(
+                            "{} piece vector values for {} pieces of width {}",
+                            v.len(),
+                            new.len(),
+                            self.width
+                        ),
                     });
                 }
                 let name = self.model.name();
@@ -274,7 +277,11 @@ impl<'a> Evaluator<'a> {
         if bw.len() != n || fw.len() != n || bw.iter().chain(&fw).any(|v| !v.is_finite()) {
             return Err(Error::CostModel {
                 model: self.model.name(),
-                message: format!("comm returned {} and {} values for {n} devices (or non-finite ones)", bw.len(), fw.len()),
+                message: format!(
+                    "comm returned {} and {} values for {n} devices (or non-finite ones)",
+                    bw.len(),
+                    fw.len()
+                ),
             });
         }
         let cost = (0..n).map(|r| compute[r] + bw[r] + fw[r]).fold(f64::NEG_INFINITY, f64::max);

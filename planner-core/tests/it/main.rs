@@ -116,10 +116,7 @@ fn golden_size_greedy_respects_uneven_caps() {
     let tables = || vec![table("a", 250, 4, 1.0), table("b", 200, 4, 1.0), table("c", 125, 4, 1.0)];
     let task = Task::new(tables(), Devices::new(vec![5000, 3200]).unwrap()).unwrap();
     let model = AnalyticalModel::default();
-    let err = planner_core::planners::planner("size")
-        .unwrap()
-        .build()
-        .plan(&task, &PlanContext::new(&model, 0));
+    let err = planner_core::planners::planner("size").unwrap().build().plan(&task, &PlanContext::new(&model, 0));
     match err {
         Err(Error::NoFit { table, need_bytes: 2000, best_free_bytes: 1000 }) => assert_eq!(table, "c"),
         other => panic!("expected NoFit for c, got {other:?}"),
@@ -156,11 +153,8 @@ fn four_phase_ignores_delays_and_is_never_above_neuroshard_for_the_analytical_mo
     // The analytical comm model ignores delays, so both definitions agree exactly for it.
     let st = SuiteSpec::neuroshard(4, 64, 1, 9).task(0).unwrap();
     let model = AnalyticalModel::default();
-    let plan = planner_core::planners::planner("dim")
-        .unwrap()
-        .build()
-        .plan(&st.task, &PlanContext::new(&model, 0))
-        .unwrap();
+    let plan =
+        planner_core::planners::planner("dim").unwrap().build().plan(&st.task, &PlanContext::new(&model, 0)).unwrap();
     let a = evaluate(&st.task, &plan, &model, CostDefinition::NeuroShard).unwrap();
     let b = evaluate(&st.task, &plan, &model, CostDefinition::FourPhase).unwrap();
     assert!((a.cost_ms - b.cost_ms).abs() < 1e-12);

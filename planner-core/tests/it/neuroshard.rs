@@ -52,9 +52,8 @@ fn paper_defaults_never_lose_to_the_unsplit_grid_search() {
     let task = SuiteSpec::neuroshard(4, 128, 1, 3).task(0).unwrap().task;
     let ctx = PlanContext::new(model.as_ref(), 0);
     let (full, stats) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
-    let unsplit = NeuroShard::new(NeuroShardConfig { max_rounds: 0, ..NeuroShardConfig::default() })
-        .plan(&task, &ctx)
-        .unwrap();
+    let unsplit =
+        NeuroShard::new(NeuroShardConfig { max_rounds: 0, ..NeuroShardConfig::default() }).plan(&task, &ctx).unwrap();
     check_plan(&task, &full, model.as_ref(), false);
     assert_eq!(unsplit.split_tables(), 0);
     assert!(cost(&task, &full, model.as_ref()) <= cost(&task, &unsplit, model.as_ref()) + 1e-9);

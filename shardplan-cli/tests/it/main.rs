@@ -204,3 +204,82 @@ fn eval_reports_torchrec_no_plan_as_an_unsolved_task() {
         (0..16).filter(|&i| runs["failures"][i].as_str().is_some_and(|f| f.contains("found no plan"))).collect();
     assert_eq!(failed, vec![9, 12, 15], "{text}");
 }
+
+/// A stand-in for `shardplan-collect` that "measures" a plan as `factor · predicted + offset` read
+/// from the plan document, so the measured judge's plumbing and its Kendall tau can be checked
+/// without hardware: `1 · p` ranks like the prediction (tau = 1), `-1 · p + 1000` the reverse.
+fn fake_collector(dir: &std::path::Path, factor: i32) -> PathBuf {
+    let path = dir.join(format!("fake-collect-{factor}.sh"));
+    let offset = if factor < 0 { 1000 } else { 0 };
+    let script = format!(
+        r#"#!/bin/sh
+# args: --backend B --quiet measure-plan PLAN ... --out OUT
+plan=""; out=""; prev=""
+for a in "$@"; do
+  [ "$prev" = "measure-plan" ] && plan="$a"
+  [ "$prev" = "--out" ] && out="$a"
+  prev="$a"
+done
+p=$(grep -o '"cost_ms": [0-9.e+-]*' "$plan" | head -1 | cut -d' ' -f2)
+m=$(awk -v p="$p" 'BEGIN {{ printf "%.9f", {factor} * p + {offset} }}')
+printf '{{"measured": {{"cost_ms": %s}}}}\n' "$m" > "$out"
+"#
+    );
+    std::fs::write(&path, script).unwrap();
+    let mut perm = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&path, perm).unwrap();
+    path
+}
+
+#[test]
+fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
+    let dir = scratch("bench");
+    for (factor, tau) in [(1, 1.0), (-1, -1.0)] {
+        let out = dir.join(format!("f{factor}/bench.json"));
+        let (o, text) = run(bin()
+            .args(["bench", "--quick", "--algos", "size,lookup,dim,neuroshard", "--exact-tasks", "2"])
+            .args([
+                "--scale-tasks",
+                "0",
+                "--measure-tasks",
+                "2",
+                "--measure-cells",
+                "4x128",
+                "--cost-model",
+                "analytical",
+                "--measure-with",
+                fake_collector(&dir, factor).to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ]));
+        assert!(o.status.success(), "{text}");
+        assert!(text.contains("Measured judge") && text.contains("Optimality"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(v["schema"], "shardplan.bench/v1");
+        let cells = v["cells"].as_array().unwrap();
+        assert_eq!(cells.len(), 2);
+        assert!(cells[0]["measured"].is_null(), "only 4x128 is measured");
+        let m = &cells[1]["measured"];
+        assert_eq!(m["tasks"], 2);
+        assert!(m["plans"].as_u64().unwrap() >= 6, "{m}");
+        assert!((m["kendall_tau_mean"].as_f64().unwrap() - tau).abs() < 1e-9, "{m}");
+        assert_eq!(m["same_winner"], if factor > 0 { 2 } else { 0 }, "{m}");
+        for p in cells[1]["planners"].as_array().unwrap() {
+            assert_eq!(p["valid"], 4, "{p}");
+            assert!(p["gap_to_bound_pct"].as_f64().unwrap() >= -1e-6, "analytical bound is proven: {p}");
+        }
+        // The plan documents and measurements are kept beside the result.
+        assert!(dir.join(format!("f{factor}/bench-plans/d4_dim128")).read_dir().unwrap().count() >= 12);
+    }
+}
+
+#[test]
+fn bench_refuses_bad_cells_and_a_missing_collector() {
+    check_fails(bin().args(["bench", "--quick", "--measure-cells", "4by128"]), &["--measure-cells", "4by128"]);
+    check_fails(bin().args(["bench", "--devices", "4,x", "--tasks", "1"]), &["--devices", "\"x\""]);
+    check_fails(
+        bin().args(["bench", "--quick", "--measure-with", "/nonexistent/collect"]),
+        &["--measure-with", "/nonexistent/collect"],
+    );
+}
