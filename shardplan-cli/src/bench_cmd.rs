@@ -27,7 +27,8 @@ use planner_core::bound::{ExactConfig, exact, lower_bound};
 use planner_core::cost::CostModel;
 use planner_core::eval::{PlannerSummary, TaskOutcome, kendall_tau, percentile, summarize};
 use planner_core::planners::{PlanContext, PlannerEntry, planners};
-use planner_core::task::{SuiteSpec, SuiteTask};
+use planner_core::task::{Protocol, SuiteSpec, SuiteTask};
+use planner_core::{Devices, TableSpec, Task};
 use planner_core::{Error, Plan, PlanDocument, evaluate};
 use serde::Serialize;
 
@@ -191,6 +192,8 @@ pub struct ScaleRow {
     pub tables: usize,
     /// Devices.
     pub devices: usize,
+    /// Per-device cap of the first task (see `scale_task`).
+    pub mem_cap_bytes: u64,
     /// Planner.
     pub planner: String,
     /// Median planning time, ms.
@@ -417,16 +420,37 @@ fn optimality(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel
     })
 }
 
+/// A scale task: `tables` pool tables at dims up to 128 on `devices` devices whose equal caps are the
+/// smallest multiple of 4 GiB holding 1.3× an even share of the bytes and 1.1× the largest table (the
+/// NeuroShard protocol's 4 GiB caps cannot hold 100 such tables on 8 devices).
+fn scale_task(tables: usize, devices: usize, index: usize, seed: u64) -> Result<SuiteTask> {
+    const GIB4: u64 = 4 << 30;
+    let specs = planner_core::task::sample_pool_tables(tables, 128, seed)?;
+    let total: u64 = specs.iter().map(TableSpec::size_bytes).sum();
+    let largest = specs.iter().map(TableSpec::size_bytes).max().unwrap_or(0);
+    let need = ((total as f64 * 1.3 / devices as f64) as u64).max((largest as f64 * 1.1) as u64);
+    let cap = need.div_ceil(GIB4).max(1) * GIB4;
+    let task = Task::new(specs, Devices::uniform(devices, cap)?)?;
+    Ok(SuiteTask {
+        schema: planner_core::task::TASK_SCHEMA.into(),
+        index,
+        seed,
+        protocol: Protocol::NeuroShard,
+        pool_ids: Vec::new(),
+        task,
+    })
+}
+
 fn scale(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel, count: usize) -> Result<Vec<ScaleRow>> {
     let points: &[(usize, usize)] = if args.quick { &[(100, 8)] } else { &[(100, 8), (200, 16), (500, 64)] };
     let mut out = Vec::new();
     for &(tables, devices) in points {
-        let spec = SuiteSpec {
-            tables: Some((tables, tables + 1)),
-            seed: args.seed ^ ((tables as u64) << 8),
-            ..SuiteSpec::neuroshard(devices, 128, count, 0)
-        };
-        let suite = spec.tasks()?;
+        let suite: Vec<SuiteTask> = (0..count)
+            .map(|k| {
+                scale_task(tables, devices, k, planner_core::task::task_seed(args.seed ^ ((tables as u64) << 8), k))
+            })
+            .collect::<Result<_>>()?;
+        let cap = suite.first().map_or(0, |st| st.task.devices.mem_cap_bytes()[0]);
         for entry in entries.iter().filter(|e| e.name != "random") {
             let runs: Vec<Run> = suite.iter().map(|st| run_one(entry, st, model, args)).collect::<Result<_>>()?;
             let times: Vec<f64> = runs.iter().map(|r| r.outcome.plan_time_ms).collect();
@@ -435,6 +459,7 @@ fn scale(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel, cou
             out.push(ScaleRow {
                 tables,
                 devices,
+                mem_cap_bytes: cap,
                 planner: entry.name.to_string(),
                 plan_time_p50_ms: percentile(&times, 50.0),
                 plan_time_max_ms: times.iter().copied().fold(0.0, f64::max),
@@ -565,23 +590,40 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             });
         }
     }
-    let optimality =
-        if exact_tasks > 0 { Some(optimality(args, &entries, model.as_ref(), exact_tasks)?) } else { None };
-    let scale = if scale_tasks > 0 { scale(args, &entries, model.as_ref(), scale_tasks)? } else { Vec::new() };
-    let result =
-        BenchResult { schema: BENCH_SCHEMA, cost_model: model.name(), seed: args.seed, cells, optimality, scale };
+    // Each finished section is saved at once, so a later failure loses nothing already computed.
+    let mut result = BenchResult {
+        schema: BENCH_SCHEMA,
+        cost_model: model.name(),
+        seed: args.seed,
+        cells,
+        optimality: None,
+        scale: Vec::new(),
+    };
+    save(args, &result)?;
+    if exact_tasks > 0 {
+        result.optimality = Some(optimality(args, &entries, model.as_ref(), exact_tasks)?);
+        save(args, &result)?;
+    }
+    if scale_tasks > 0 {
+        result.scale = scale(args, &entries, model.as_ref(), scale_tasks)?;
+        save(args, &result)?;
+    }
+    println!("{}", markdown(&result));
+    Ok(())
+}
+
+/// Writes the Markdown and JSON results where asked.
+fn save(args: &BenchArgs, result: &BenchResult) -> Result<()> {
     for p in [&args.md, &args.out].into_iter().flatten() {
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
     }
-    let md = markdown(&result);
-    println!("{md}");
     if let Some(p) = &args.md {
-        write_atomic(p, md.as_bytes())?;
+        write_atomic(p, markdown(result).as_bytes())?;
     }
     if let Some(p) = &args.out {
-        write_atomic(p, serde_json::to_string_pretty(&result)?.as_bytes())?;
+        write_atomic(p, serde_json::to_string_pretty(result)?.as_bytes())?;
     }
     Ok(())
 }
@@ -682,13 +724,18 @@ fn markdown(r: &BenchResult) -> String {
         out.push(render_table(&["planner", "valid", "mean gap to optimum", "optimal or better"], &rows, true));
     }
     if !r.scale.is_empty() {
-        out.push("\n## Planning time at scale (max dim 128)\n".to_string());
+        out.push(
+            "\n## Planning time at scale (max dim 128; caps: the smallest multiple of 4 GiB holding 1.3× an even share \
+             and 1.1× the largest table)\n"
+                .to_string(),
+        );
         let rows: Vec<Vec<String>> = r
             .scale
             .iter()
             .map(|s| {
                 vec![
                     format!("{}/{}", s.tables, s.devices),
+                    planner_core::units::format_bytes(s.mem_cap_bytes),
                     s.planner.clone(),
                     format!("{}/{}", s.valid, s.tasks),
                     format!("{:.1}", s.plan_time_p50_ms),
@@ -698,7 +745,7 @@ fn markdown(r: &BenchResult) -> String {
             })
             .collect();
         out.push(render_table(
-            &["tables/devices", "planner", "valid", "p50 ms", "max ms", "mean cost ms (valid)"],
+            &["tables/devices", "cap", "planner", "valid", "p50 ms", "max ms", "mean cost ms (valid)"],
             &rows,
             true,
         ));

@@ -1,6 +1,7 @@
 //! `shardplan plan`: plan one task and explain its cost.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -36,7 +37,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = DEFAULT_MEM)]
     pub mem: String,
     /// Planner (see `shardplan list`).
-    #[arg(long, default_value = "size-lookup")]
+    #[arg(long, default_value = "neuroshard")]
     pub algo: String,
     /// Seed for sampling and for randomised planners.
     #[arg(long, default_value_t = 0)]
@@ -53,6 +54,10 @@ pub struct PlanArgs {
     /// List the pieces on every device.
     #[arg(long)]
     pub verbose: bool,
+    /// Stop searching planners (neuroshard, the +refine variants) after this many milliseconds and keep
+    /// their best plan so far; the unsplit placement search always completes.
+    #[arg(long)]
+    pub budget_ms: Option<f64>,
     #[command(flatten)]
     pub cost: CostArgs,
 }
@@ -73,8 +78,28 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             t
         }
     };
-    let ctx = PlanContext::new(model.as_ref(), args.seed);
-    let plan = entry.build().plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
+    let epoch = Instant::now();
+    let clock = || epoch.elapsed().as_secs_f64() * 1e3;
+    let mut ctx = PlanContext::new(model.as_ref(), args.seed);
+    if let Some(ms) = args.budget_ms {
+        if !ms.is_finite() || ms <= 0.0 {
+            bail!("--budget-ms = {ms}: give a positive number of milliseconds");
+        }
+        ctx = ctx.with_budget(&clock, ms);
+    }
+    let planner = entry.build();
+    let plan = planner.plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
+    let plan_time_ms = clock();
+    if let Some(stats) = planner.last_stats() {
+        println!(
+            "Search: {:.1} ms, {} grid searches, {} beam rounds, set-cache hit rate {:.1}%{}",
+            plan_time_ms,
+            stats.grid_searches,
+            stats.rounds,
+            100.0 * stats.hit_rate(),
+            if stats.stopped_early { "; stopped early by --budget-ms, best plan so far" } else { "" }
+        );
+    }
     let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;
     println!(
         "Plan by `{}` for {} tables ({}) on {} devices; cost model {}, definition {:?}",

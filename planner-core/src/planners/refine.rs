@@ -13,7 +13,7 @@
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 
 use super::search::{DeviceSet, Evaluator};
-use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
+use super::{Budget, PlanContext, Planner, Progress, SearchStats, StatsCell};
 use crate::cost::CostDefinition;
 use crate::error::Result;
 use crate::plan::{Piece, Plan, RowRange};
@@ -287,8 +287,15 @@ impl Planner for Refined {
     }
 
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        let start_ms = ctx.budget.map(|b| (b.clock_ms)());
         let first = self.inner.plan(task, ctx)?;
-        let (plan, mut stats) = refine(task, &first, ctx, &self.config)?;
+        // The refinement gets what the inner planner left of the budget.
+        let budget = ctx.budget.zip(start_ms).map(|(b, start)| Budget {
+            clock_ms: b.clock_ms,
+            limit_ms: (b.limit_ms - ((b.clock_ms)() - start)).max(0.0),
+        });
+        let rest = PlanContext { cost_model: ctx.cost_model, seed: ctx.seed, budget, progress: ctx.progress };
+        let (plan, mut stats) = refine(task, &first, &rest, &self.config)?;
         if let Some(inner) = self.inner.last_stats() {
             stats.set_cache_hits += inner.set_cache_hits;
             stats.set_cache_misses += inner.set_cache_misses;

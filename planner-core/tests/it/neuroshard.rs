@@ -137,6 +137,29 @@ fn the_budget_and_the_callback_stop_the_search_with_a_plan() {
 }
 
 #[test]
+fn a_refined_planner_shares_one_budget_with_its_inner_planner() {
+    let model = AnalyticalModel::default();
+    let task = SuiteSpec::neuroshard(4, 128, 1, 5).task(0).unwrap().task;
+    let entry = planner_core::planners::planner("neuroshard+refine").unwrap();
+    // Unbounded, the refinement finds improvements on this task ...
+    let free = entry.build();
+    let unbounded = free.plan(&task, &PlanContext::new(&model, 0)).unwrap();
+    assert!(free.last_stats().unwrap().rounds > 0, "{:?}", free.last_stats());
+    // ... but once the inner search has spent the budget, the refinement stops before its first pass.
+    let clock = std::cell::Cell::new(0.0);
+    let tick = || {
+        clock.set(clock.get() + 1000.0);
+        clock.get()
+    };
+    let bounded = entry.build();
+    let plan = bounded.plan(&task, &PlanContext::new(&model, 0).with_budget(&tick, 10.0)).unwrap();
+    let stats = bounded.last_stats().unwrap();
+    assert!(stats.stopped_early && stats.rounds == 0, "{stats:?}");
+    check_plan(&task, &plan, &model, false);
+    assert!(cost(&task, &unbounded, &model) <= cost(&task, &plan, &model) + 1e-9);
+}
+
+#[test]
 fn native_head_equals_tract() {
     let model = profiles::load("h100").unwrap();
     let native = model.native_head().expect("the h100 head is a dense chain");

@@ -45,7 +45,9 @@ fn plan_writes_a_valid_document() {
     assert!(text.contains("neural:h100+analytical-comm"), "{text}");
     let (doc, plan) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(doc.schema, planner_core::PLAN_SCHEMA);
-    assert_eq!(plan.pieces().len(), doc.task.tables.len());
+    // The default planner is NeuroShard's search: every table placed, some possibly split.
+    assert_eq!(doc.planner, "neuroshard");
+    assert!(plan.pieces().len() >= doc.task.tables.len());
     assert!(doc.report.feasible);
 }
 
