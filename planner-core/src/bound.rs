@@ -10,7 +10,7 @@
 //!   that piece's width, so the step time is at least `max_t min_w (c(t, w) + m(w))`.
 //! * **Work bound** (additive compute only). The step time is at least the mean device total,
 //!   `(Σ_r compute_r + Σ_r comm_r) / D`. With additive compute, a table split into widths `w_i`
-//!   (Σ w_i = dim) costs `Σ_i w_i · c(t, w_i)/w_i ≥ dim · min_w c(t, w)/w`; with comm linear in a
+//!   (`Σ w_i = dim`) costs `Σ_i w_i · c(t, w_i)/w_i ≥ dim · min_w c(t, w)/w`; with comm linear in a
 //!   device's own dim sum, `Σ_r comm_r = m(Σ_t dim_t)` whatever the placement. So the step time is at
 //!   least `(Σ_t dim_t · min_w c(t, w)/w + m(Σ_t dim_t)) / D`.
 //!
@@ -54,7 +54,7 @@ pub struct LowerBound {
 fn widths(task: &Task, t: usize) -> Result<Vec<u32>> {
     let table = &task.tables[t];
     let max_cap = task.devices.mem_cap_bytes().iter().copied().max().unwrap_or(0);
-    let all: Vec<u32> = (1..=table.dim / 4).map(|k| 4 * k).filter(|w| table.dim % w == 0).collect();
+    let all: Vec<u32> = (1..=table.dim / 4).map(|k| 4 * k).filter(|&w| table.dim.is_multiple_of(w)).collect();
     let fit: Vec<u32> = all.iter().copied().filter(|&w| table.piece_bytes(w) <= max_cap).collect();
     if fit.is_empty() {
         return Err(Error::NoFit {

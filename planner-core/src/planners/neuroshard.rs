@@ -21,7 +21,7 @@
 //! set compute goes through [`super::search::Evaluator`] (vector sums + a native head when the model
 //! is incremental, a multiset cache always).
 
-use super::search::{DeviceSet, Evaluator, FastMap};
+use super::search::{DeviceSet, Evaluator, FastMap, FastSet};
 use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
 use crate::cost::{CostDefinition, CostModel};
 use crate::error::{Error, Result};
@@ -325,16 +325,15 @@ impl<'t> Search<'t> {
                     }
                 }
             }
-            let (d, c) = match best {
-                Some(b) => b,
-                None => {
-                    let free = |d: usize| caps[d].saturating_sub(sets[d].bytes);
-                    let d = (0..n_dev).max_by(|&a, &b| free(a).cmp(&free(b)).then(b.cmp(&a))).unwrap_or(0);
-                    if misfit.is_none() {
-                        misfit = Some((info.table, info.bytes, free(d)));
-                    }
-                    (d, self.ev.set_cost_with(&sets[d], id)?)
+            let (d, c) = if let Some(b) = best {
+                b
+            } else {
+                let free = |d: usize| caps[d].saturating_sub(sets[d].bytes);
+                let d = (0..n_dev).max_by(|&a, &b| free(a).cmp(&free(b)).then(b.cmp(&a))).unwrap_or(0);
+                if misfit.is_none() {
+                    misfit = Some((info.table, info.bytes, free(d)));
                 }
+                (d, self.ev.set_cost_with(&sets[d], id)?)
             };
             self.ev.add(&mut sets[d], id);
             compute[d] = c;
@@ -394,7 +393,7 @@ impl<'t> Search<'t> {
                 break;
             }
             let mut proposals: Vec<(State, Outcome)> = Vec::new();
-            let mut seen: FastMap<State, ()> = FastMap::default();
+            let mut seen: FastSet<State> = FastSet::default();
             for state in &beam {
                 for (t, d) in self.candidates(state)? {
                     let mut next = state.clone();
@@ -405,7 +404,7 @@ impl<'t> Search<'t> {
                     dims.push(d / 2);
                     dims.push(d / 2);
                     dims.sort_unstable_by(|a, b| b.cmp(a));
-                    if seen.insert(next.clone(), ()).is_some() {
+                    if !seen.insert(next.clone()) {
                         continue;
                     }
                     let o = self.grid(&next)?;

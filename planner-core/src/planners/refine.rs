@@ -58,6 +58,9 @@ enum Change {
     Split(usize, usize),
 }
 
+/// Device sets a change touches, by device, as they would be after it.
+type Touched = Vec<(usize, DeviceSet)>;
+
 struct State<'t> {
     ev: Evaluator<'t>,
     pieces: Vec<RPiece>,
@@ -82,7 +85,7 @@ impl State<'_> {
                 out.push(Change::Move(i, d));
                 let t = &self.ev.task.tables[p.table];
                 let half = p.dim / 2;
-                if p.rows.is_none() && p.dim % 8 == 0 && t.dim % half == 0 && (t.dim / half).is_power_of_two() {
+                if p.rows.is_none() && p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two() {
                     out.push(Change::Split(i, d));
                 }
             }
@@ -95,7 +98,7 @@ impl State<'_> {
         for (i, a) in self.pieces.iter().enumerate() {
             let t = &self.ev.task.tables[a.table];
             let double = a.dim * 2;
-            if a.rows.is_some() || t.dim % double != 0 || !(t.dim / double).is_power_of_two() || a.off % double != 0 {
+            if a.rows.is_some() || !t.dim.is_multiple_of(double) || !(t.dim / double).is_power_of_two() || a.off % double != 0 {
                 continue;
             }
             if let Some(j) = self
@@ -112,60 +115,60 @@ impl State<'_> {
         out
     }
 
-    /// The pieces and device sets after `c`, for the devices it touches.
-    fn apply(&mut self, c: Change) -> Result<(Vec<RPiece>, Vec<(usize, DeviceSet)>)> {
+    /// The pieces and device sets after `change`, for the devices it touches.
+    fn apply(&mut self, change: Change) -> Result<(Vec<RPiece>, Touched)> {
         let mut pieces = self.pieces.clone();
-        let mut touched: Vec<(usize, DeviceSet)> = Vec::new();
-        let set = |touched: &mut Vec<(usize, DeviceSet)>, d: usize, sets: &[DeviceSet]| -> usize {
-            if let Some(k) = touched.iter().position(|(x, _)| *x == d) {
+        let mut touched: Touched = Vec::new();
+        let set = |touched: &mut Touched, device: usize, sets: &[DeviceSet]| -> usize {
+            if let Some(k) = touched.iter().position(|(x, _)| *x == device) {
                 k
             } else {
-                touched.push((d, sets[d].clone()));
+                touched.push((device, sets[device].clone()));
                 touched.len() - 1
             }
         };
-        match c {
-            Change::Move(i, d) => {
-                let p = pieces[i];
+        match change {
+            Change::Move(at, to) => {
+                let p = pieces[at];
                 let k = set(&mut touched, p.device, &self.sets);
                 self.ev.remove(&mut touched[k].1, p.id);
-                let k = set(&mut touched, d, &self.sets);
+                let k = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[k].1, p.id);
-                pieces[i].device = d;
+                pieces[at].device = to;
             }
-            Change::Swap(i, j) => {
-                let (a, b) = (pieces[i], pieces[j]);
+            Change::Swap(first, second) => {
+                let (a, b) = (pieces[first], pieces[second]);
                 let ka = set(&mut touched, a.device, &self.sets);
                 let kb = set(&mut touched, b.device, &self.sets);
                 self.ev.remove(&mut touched[ka].1, a.id);
                 self.ev.add(&mut touched[ka].1, b.id);
                 self.ev.remove(&mut touched[kb].1, b.id);
                 self.ev.add(&mut touched[kb].1, a.id);
-                pieces[i].device = b.device;
-                pieces[j].device = a.device;
+                pieces[first].device = b.device;
+                pieces[second].device = a.device;
             }
-            Change::Merge(i, j, d) => {
-                let (a, b) = (pieces[i], pieces[j]);
+            Change::Merge(left, right, to) => {
+                let (a, b) = (pieces[left], pieces[right]);
                 let merged = self.id(a.table, a.dim * 2, None)?;
                 let ka = set(&mut touched, a.device, &self.sets);
                 self.ev.remove(&mut touched[ka].1, a.id);
                 let kb = set(&mut touched, b.device, &self.sets);
                 self.ev.remove(&mut touched[kb].1, b.id);
-                let kd = set(&mut touched, d, &self.sets);
+                let kd = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[kd].1, merged);
-                pieces[i] = RPiece { dim: a.dim * 2, device: d, id: merged, ..a };
-                pieces.remove(j);
+                pieces[left] = RPiece { dim: a.dim * 2, device: to, id: merged, ..a };
+                pieces.remove(right);
             }
-            Change::Split(i, d) => {
-                let p = pieces[i];
+            Change::Split(at, to) => {
+                let p = pieces[at];
                 let half = self.id(p.table, p.dim / 2, None)?;
                 let ks = set(&mut touched, p.device, &self.sets);
                 self.ev.remove(&mut touched[ks].1, p.id);
                 self.ev.add(&mut touched[ks].1, half);
-                let kd = set(&mut touched, d, &self.sets);
+                let kd = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[kd].1, half);
-                pieces[i] = RPiece { dim: p.dim / 2, id: half, ..p };
-                pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: d, id: half, ..p });
+                pieces[at] = RPiece { dim: p.dim / 2, id: half, ..p };
+                pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: to, id: half, ..p });
             }
         }
         Ok((pieces, touched))

@@ -8,7 +8,7 @@
 //! search affordable. Either way the cost of a set depends only on its multiset of pieces, so turning
 //! the cache off changes speed, never a result.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::SearchStats;
@@ -54,6 +54,7 @@ impl Hasher for MixHasher {
 }
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<MixHasher>>;
 
 /// A distinct piece as the cost model sees it.
 #[derive(Debug, Clone, Copy)]
@@ -202,19 +203,18 @@ impl<'a> Evaluator<'a> {
             return Ok(c);
         }
         self.stats.set_cache_misses += 1;
-        let c = match self.inc {
-            Some(inc) => inc.head_ms(&self.sum),
-            None => {
-                let refs: Vec<PieceRef<'_>> = self
-                    .key
-                    .iter()
-                    .map(|&id| {
-                        let p = &self.pieces[id as usize];
-                        PieceRef { table: &self.task.tables[p.table], dim: p.dim, rows: p.rows }
-                    })
-                    .collect();
-                self.model.compute_ms(&refs)?
-            }
+        let c = if let Some(inc) = self.inc {
+            inc.head_ms(&self.sum)
+        } else {
+            let refs: Vec<PieceRef<'_>> = self
+                .key
+                .iter()
+                .map(|&id| {
+                    let p = &self.pieces[id as usize];
+                    PieceRef { table: &self.task.tables[p.table], dim: p.dim, rows: p.rows }
+                })
+                .collect();
+            self.model.compute_ms(&refs)?
         };
         if self.use_cache {
             self.set_cache.insert(self.key.clone(), c);

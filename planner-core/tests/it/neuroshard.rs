@@ -258,8 +258,8 @@ fn tiny(seed: u64, n: usize, d: usize, cap_factor: f64) -> Task {
             table(&format!("t{i}"), rng.random_range(1_000..2_000_000), dim, rng.random_range(0.5..40.0))
         })
         .collect();
-    let total: u64 = tables.iter().map(|t| t.size_bytes()).sum();
-    let largest = tables.iter().map(|t| t.size_bytes()).max().unwrap();
+    let total: u64 = tables.iter().map(planner_core::TableSpec::size_bytes).sum();
+    let largest = tables.iter().map(planner_core::TableSpec::size_bytes).max().unwrap();
     let cap = largest.max((total as f64 * cap_factor / d as f64) as u64);
     Task::new(tables, Devices::uniform(d, cap).unwrap()).unwrap()
 }
