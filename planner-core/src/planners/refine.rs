@@ -85,7 +85,11 @@ impl State<'_> {
                 out.push(Change::Move(i, d));
                 let t = &self.ev.task.tables[p.table];
                 let half = p.dim / 2;
-                if p.rows.is_none() && p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two() {
+                if p.rows.is_none()
+                    && p.dim.is_multiple_of(8)
+                    && t.dim.is_multiple_of(half)
+                    && (t.dim / half).is_power_of_two()
+                {
                     out.push(Change::Split(i, d));
                 }
             }
@@ -98,7 +102,11 @@ impl State<'_> {
         for (i, a) in self.pieces.iter().enumerate() {
             let t = &self.ev.task.tables[a.table];
             let double = a.dim * 2;
-            if a.rows.is_some() || !t.dim.is_multiple_of(double) || !(t.dim / double).is_power_of_two() || a.off % double != 0 {
+            if a.rows.is_some()
+                || !t.dim.is_multiple_of(double)
+                || !(t.dim / double).is_power_of_two()
+                || a.off % double != 0
+            {
                 continue;
             }
             if let Some(j) = self
