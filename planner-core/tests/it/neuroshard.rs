@@ -45,6 +45,41 @@ fn neuroshard_returns_valid_plans_under_both_models() {
     }
 }
 
+/// The analytical model seen only through the basic `CostModel` methods: no incremental compute, so
+/// the searches price every set with `compute_ms` (the path any third-party model takes).
+struct Opaque(AnalyticalModel);
+
+impl CostModel for Opaque {
+    fn name(&self) -> String {
+        format!("opaque {}", self.0.name())
+    }
+    fn compute_ms(&self, set: &[PieceRef<'_>]) -> planner_core::Result<f64> {
+        self.0.compute_ms(set)
+    }
+    fn bw_comm_ms(&self, dims: &[f64]) -> planner_core::Result<Vec<f64>> {
+        self.0.bw_comm_ms(dims)
+    }
+    fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> planner_core::Result<Vec<f64>> {
+        self.0.fw_comm_ms(dims, delays_ms)
+    }
+}
+
+#[test]
+fn a_model_without_incremental_compute_gets_the_same_search() {
+    let fast = AnalyticalModel::default();
+    let opaque = Opaque(AnalyticalModel::default());
+    assert!(opaque.incremental().is_none() && fast.incremental().is_some());
+    for task in tasks().into_iter().take(2) {
+        let (a, sa) = NeuroShard::new(small()).plan_with_stats(&task, &PlanContext::new(&fast, 0)).unwrap();
+        let (b, sb) = NeuroShard::new(small()).plan_with_stats(&task, &PlanContext::new(&opaque, 0)).unwrap();
+        check_plan(&task, &b, &opaque, false);
+        // Fixed-point sums against f64 sums can only break exact ties differently.
+        let (ca, cb) = (cost(&task, &a, &fast), cost(&task, &b, &fast));
+        assert!((ca - cb).abs() <= 1e-6 * ca, "{ca} vs {cb}");
+        assert!(sb.set_cache_hits > 0, "the cache serves opaque models: {sb:?}");
+    }
+}
+
 #[test]
 fn paper_defaults_never_lose_to_the_unsplit_grid_search() {
     // The beam starts from the unsplit state and keeps the best plan seen, so more rounds never hurt.
