@@ -22,7 +22,9 @@ trap 'rm -rf "$WORK"' EXIT
 
 python3 -m pip download --no-deps --quiet recbole==1.2.1 -d "$WORK"
 WHEEL="$(ls "$WORK"/recbole-1.2.1-*.whl)"
-unzip -l "$WHEEL" | grep -q "$WHEEL_PATH" || { echo "error: $WHEEL_PATH not found in $WHEEL" >&2; exit 1; }
+# List first, then search: `grep -q` stops reading early, and under pipefail unzip's SIGPIPE would fail the check.
+listing="$(unzip -Z1 "$WHEEL")"
+grep -qxF "$WHEEL_PATH" <<<"$listing" || { echo "error: $WHEEL_PATH not found in $WHEEL" >&2; exit 1; }
 unzip -p "$WHEEL" "$WHEEL_PATH" > "$OUT_DIR/ml-100k.inter"
 
 python3 - "$OUT_DIR/ml-100k.inter" "$OUT_DIR/ml-100k.jsonl" "$MAX_ROWS" <<'PY'
