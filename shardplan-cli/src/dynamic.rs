@@ -61,9 +61,6 @@ pub struct DynamicArgs {
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = 4)]
     pub top_k: usize,
-    /// Balance slack of ALIS's one-window partition.
-    #[arg(long, default_value_t = 0.2)]
-    pub local_epsilon: f64,
     /// Bytes per embedding row (dimension · 4).
     #[arg(long, default_value_t = 64.0)]
     pub row_bytes: f64,
@@ -172,7 +169,6 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         beta: args.beta,
         history_sets: args.history_sets,
         top_k: args.top_k,
-        local_epsilon: args.local_epsilon,
         seed: args.seed_base,
     };
     // Validate everything before the first (possibly long) run.

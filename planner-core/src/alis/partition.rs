@@ -89,12 +89,13 @@ impl Hypergraph {
 }
 
 /// Partitioner settings (validated by the policy configs that own them).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PartitionParams {
     /// Number of shards S.
     pub shards: usize,
-    /// Maximum rows per shard in this partition.
-    pub cap_rows: usize,
+    /// Maximum rows of this partition per shard (`shards` entries). A full re-partition gives every shard the
+    /// same cap; an incremental one gives each shard what the global cap leaves after the rows it keeps.
+    pub caps: Vec<usize>,
     /// Maximum refinement sweeps.
     pub max_iters: usize,
     /// Probability p of the probabilistic-fanout objective, in (0, 1].
@@ -119,7 +120,7 @@ pub fn partition<R: Rng>(
     rng: &mut R,
 ) -> (Vec<u16>, PartitionStats) {
     let s_count = params.shards;
-    let cap = params.cap_rows.max(1);
+    let caps: Vec<usize> = (0..s_count).map(|s| params.caps.get(s).copied().unwrap_or(0)).collect();
     let n_nets = hg.n_nets();
     let mut part = vec![UNASSIGNED; hg.n_vertices];
     let mut load = vec![0usize; s_count];
@@ -150,10 +151,10 @@ pub fn partition<R: Rng>(
         }
         let mut best: Option<(usize, f64)> = None;
         for s in 0..s_count {
-            if load[s] >= cap {
+            if load[s] >= caps[s] {
                 continue;
             }
-            let sc = score[s] * (1.0 - load[s] as f64 / cap as f64);
+            let sc = score[s] * (1.0 - load[s] as f64 / caps[s] as f64);
             let better = match best {
                 None => true,
                 Some((b, bs)) => sc > bs || (sc == bs && load[s] < load[b]),
@@ -162,8 +163,8 @@ pub fn partition<R: Rng>(
                 best = Some((s, sc));
             }
         }
-        // Every shard at the cap can only happen when cap·S < n; fall back to the least loaded shard.
-        let s = best.map_or_else(|| least_loaded(&load), |(s, _)| s);
+        // Every shard at its cap can only happen when Σ caps < n; fall back to the shard with the most room.
+        let s = best.map_or_else(|| most_room(&load, &caps), |(s, _)| s);
         part[v] = s as u16;
         load[s] += 1;
         for &n in hg.nets_of(v) {
@@ -199,7 +200,7 @@ pub fn partition<R: Rng>(
             }
             let mut best: Option<(usize, f64)> = None;
             for b in 0..s_count {
-                if b == a || load[b] >= cap {
+                if b == a || load[b] >= caps[b] {
                     continue;
                 }
                 let gain = base - pen[b];
@@ -224,6 +225,12 @@ pub fn partition<R: Rng>(
         }
     }
     (part, stats)
+}
+
+/// Index of the shard with the most room under its cap (lowest index on ties; room may be negative).
+fn most_room(load: &[usize], caps: &[usize]) -> usize {
+    let room = |s: usize| caps[s] as i64 - load[s] as i64;
+    (0..load.len()).fold(0, |best, s| if room(s) > room(best) { s } else { best })
 }
 
 /// Index of the least loaded shard (lowest index on ties).
@@ -285,7 +292,7 @@ mod tests {
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
         // Round-robin warm start: every clique spread over all four shards.
         let init: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
-        let params = PartitionParams { shards: 4, cap_rows: 9, max_iters: 20, p_fanout: 0.5 };
+        let params = PartitionParams { shards: 4, caps: vec![9; 4], max_iters: 20, p_fanout: 0.5 };
         let before = mean_net_fanout(&hg, &init);
         let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let after = mean_net_fanout(&hg, &part);
@@ -299,11 +306,31 @@ mod tests {
     }
 
     #[test]
+    fn uneven_caps_are_each_respected_and_let_a_group_gather() {
+        // One clique of 8 rows requested together; shard 0 has room for all of it, the others for 3 each.
+        let nets: Vec<Vec<u32>> = (0..50).map(|_| (0..8).collect()).collect();
+        let hg = Hypergraph::new(8, nets.iter().map(Vec::as_slice));
+        let init: Vec<u16> = (0..8).map(|v| (v % 4) as u16).collect();
+        let params = PartitionParams { shards: 4, caps: vec![8, 3, 3, 3], max_iters: 20, p_fanout: 0.5 };
+        let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(2));
+        let mut load = [0usize; 4];
+        for &s in &part {
+            load[s as usize] += 1;
+        }
+        assert!(load.iter().zip(&params.caps).all(|(l, c)| l <= c), "{load:?}");
+        assert_eq!(load[0], 8, "the whole clique gathers on the shard with room: {part:?}");
+        // With equal caps of 2 the same clique must spread over all four shards.
+        let tight = PartitionParams { caps: vec![2; 4], ..params };
+        let (part, _) = partition(&hg, &init, &tight, &mut ChaCha8Rng::seed_from_u64(2));
+        assert!((mean_net_fanout(&hg, &part) - 4.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn streaming_init_respects_cap_and_groups_neighbours() {
         let (n, nets) = cliques();
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
         let init = vec![UNASSIGNED; n];
-        let params = PartitionParams { shards: 4, cap_rows: 8, max_iters: 0, p_fanout: 0.5 };
+        let params = PartitionParams { shards: 4, caps: vec![8; 4], max_iters: 0, p_fanout: 0.5 };
         let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let mut load = [0usize; 4];
         for &s in &part {

@@ -1,7 +1,7 @@
 //! Sharding policies: hash, range, static one-shot, periodic full re-partition, greedy incremental, light
 //! incremental (`alis-base`) and ALIS. All share [`Placement`] and its capacity rule.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use rand::SeedableRng;
@@ -13,6 +13,7 @@ use super::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
 use super::placement::{Placement, hash_shard};
 use super::stream::Stream;
 use super::weights::SparseWeights;
+use crate::planners::search::FastMap;
 
 /// Names of all policies, in report order (the single registry the CLI reads).
 pub const POLICY_NAMES: [&str; 7] = ["hash", "range", "static", "full", "greedy", "alis-base", "alis"];
@@ -42,8 +43,6 @@ pub struct PolicyConfig {
     pub history_sets: usize,
     /// Slots per row of the sparse weight matrix.
     pub top_k: usize,
-    /// Balance slack of the local (one-window) partition.
-    pub local_epsilon: f64,
     /// Seed of the policy's random choices (partitioner visit order).
     pub seed: u64,
 }
@@ -61,7 +60,6 @@ impl Default for PolicyConfig {
             beta: 0.8,
             history_sets: 4,
             top_k: 4,
-            local_epsilon: 0.2,
             seed: 0,
         }
     }
@@ -78,9 +76,6 @@ impl PolicyConfig {
         }
         if !(self.epsilon >= 0.0 && self.epsilon <= 10.0) {
             return bad("epsilon", self.epsilon.to_string(), "[0, 10]");
-        }
-        if !(self.local_epsilon >= 0.0 && self.local_epsilon <= 10.0) {
-            return bad("local_epsilon", self.local_epsilon.to_string(), "[0, 10]");
         }
         if self.max_iters > 1000 {
             return bad("max_iters", self.max_iters.to_string(), "0..=1000");
@@ -109,13 +104,8 @@ impl PolicyConfig {
         Ok(())
     }
 
-    fn partition_params(&self, rows: usize, epsilon: f64) -> PartitionParams {
-        PartitionParams {
-            shards: self.shards,
-            cap_rows: ((1.0 + epsilon) * rows as f64 / self.shards as f64).ceil().max(1.0) as usize,
-            max_iters: self.max_iters,
-            p_fanout: self.p_fanout,
-        }
+    fn partition_params(&self, caps: Vec<usize>) -> PartitionParams {
+        PartitionParams { shards: self.shards, caps, max_iters: self.max_iters, p_fanout: self.p_fanout }
     }
 }
 
@@ -238,7 +228,7 @@ impl Policy for FullPolicy {
         }
         // All requests so far, with global dense ids: every known row occurs in them.
         let hg = Hypergraph::new(rows, (0..window.end).map(|i| stream.request(i)));
-        let params = self.cfg.partition_params(rows, self.cfg.epsilon);
+        let params = self.cfg.partition_params(vec![self.placement.cap_for(rows); self.cfg.shards]);
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
         self.placement.set_all(part);
@@ -378,7 +368,8 @@ struct LocalWindow {
     /// Requests used to score shard sets: the window minus `D_new` (all of it when `D_new` is the whole window).
     holdout_offsets: Vec<usize>,
     holdout_pins: Vec<u32>,
-    local_of: HashMap<u32, u32>,
+    /// Global row → local id, for the window's rows only (state stays O(window), not O(all rows)).
+    local_of: FastMap<u32, u32>,
 }
 
 impl LocalWindow {
@@ -389,7 +380,7 @@ impl LocalWindow {
             new_nets: Vec::with_capacity(d_new.len()),
             holdout_offsets: vec![0],
             holdout_pins: Vec::new(),
-            local_of: HashMap::new(),
+            local_of: FastMap::default(),
         };
         for i in d_new.clone() {
             let net = stream.request(i).iter().map(|&r| lw.intern(r)).collect();
@@ -416,19 +407,22 @@ impl LocalWindow {
     }
 
     /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
-    fn holdout_fanout(&self, shard: &[u16]) -> f64 {
-        let mut seen: Vec<u16> = Vec::new();
+    /// `stamp` is scratch of one entry per shard; a shard counts once per request when its stamp is not yet the
+    /// request's, so the cost is O(pins) whatever S.
+    fn holdout_fanout(&self, shard: &[u16], stamp: &mut Vec<u32>) -> f64 {
+        stamp.clear();
+        stamp.resize(usize::from(shard.iter().copied().max().unwrap_or(0)) + 1, 0);
         let mut total = 0usize;
         let n = self.holdout_offsets.len() - 1;
         for q in 0..n {
-            seen.clear();
+            let mark = q as u32 + 1;
             for &l in &self.holdout_pins[self.holdout_offsets[q]..self.holdout_offsets[q + 1]] {
-                let s = shard[l as usize];
-                if !seen.contains(&s) {
-                    seen.push(s);
+                let s = &mut stamp[usize::from(shard[l as usize])];
+                if *s != mark {
+                    *s = mark;
+                    total += 1;
                 }
             }
-            total += seen.len();
         }
         (total as f64 / n.max(1) as f64).max(1.0)
     }
@@ -490,7 +484,8 @@ impl AlisPolicy {
                 }
             }
         };
-        add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now));
+        let mut stamp = Vec::new();
+        add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now, &mut stamp));
         let mut known = known_now;
         let mut decay = 1.0;
         for age in 1..=self.cfg.history_sets {
@@ -514,7 +509,7 @@ impl AlisPolicy {
                 break;
             }
             decay *= self.cfg.decay;
-            add(&cur, known, decay / lw.holdout_fanout(&cur));
+            add(&cur, known, decay / lw.holdout_fanout(&cur, &mut stamp));
         }
         votes
     }
@@ -540,7 +535,14 @@ impl Policy for AlisPolicy {
             .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
             .collect();
         let hg = Hypergraph::new(n_local, lw.new_nets.iter().map(Vec::as_slice));
-        let params = self.cfg.partition_params(n_local, self.cfg.local_epsilon);
+        // The local partition may use what the global cap leaves each shard once the rows outside `D_new` are
+        // counted where they are: the real constraint, rather than balancing the window on its own.
+        let cap = self.placement.cap();
+        let mut fixed = self.placement.loads().to_vec();
+        for &r in &lw.rows[..n_local] {
+            fixed[self.placement.as_slice()[r as usize] as usize] -= 1;
+        }
+        let params = self.cfg.partition_params(fixed.iter().map(|&f| cap.saturating_sub(f)).collect());
         let (local, _) = partition(&hg, &init, &params, &mut self.rng);
         // ΔW = 1 on the local result; older evidence decays by `decay` per window.
         self.weights.age();
