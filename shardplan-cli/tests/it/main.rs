@@ -288,6 +288,7 @@ fn bench_refuses_bad_cells_and_a_missing_collector() {
 
 /// A small request stream: two groups of rows, each requested together, with a few mixed requests.
 fn write_stream(path: &std::path::Path, requests: usize) {
+    use std::fmt::Write as _;
     let mut text = String::new();
     for i in 0..requests {
         let rows: Vec<String> = match i % 5 {
@@ -295,7 +296,7 @@ fn write_stream(path: &std::path::Path, requests: usize) {
             k if k % 2 == 0 => (0..6).map(|r| ((r + i) % 8).to_string()).collect(),
             _ => (0..6).map(|r| (8 + (r + i) % 8).to_string()).collect(),
         };
-        text.push_str(&format!("{{\"request_id\": {i}, \"time\": {i}.0, \"row_ids\": [{}]}}\n", rows.join(", ")));
+        writeln!(text, "{{\"request_id\": {i}, \"time\": {i}.0, \"row_ids\": [{}]}}", rows.join(", ")).unwrap();
     }
     std::fs::write(path, text).unwrap();
 }
