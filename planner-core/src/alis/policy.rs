@@ -273,11 +273,33 @@ fn ranked(scores: &mut [(u16, f64)]) -> f64 {
     }
 }
 
-/// Re-places `rows` in decreasing margin order (ties by row), each to its best shard with room.
-fn place_by_scores(placement: &mut Placement, mut scored: Vec<(u32, f64, Vec<u16>)>) {
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    for (row, _, prefs) in scored {
-        placement.place(row, &prefs);
+/// Rows to re-place with their ranked shard preferences, in flat buffers (no allocation per row).
+#[derive(Default)]
+struct Scored {
+    /// (row, margin, start and end of its preferences in `prefs`).
+    rows: Vec<(u32, f64, u32, u32)>,
+    prefs: Vec<u16>,
+}
+
+impl Scored {
+    fn with_capacity(rows: usize, per_row: usize) -> Self {
+        Scored { rows: Vec::with_capacity(rows), prefs: Vec::with_capacity(rows * per_row) }
+    }
+
+    /// Ranks `scores` and records the row's preferences.
+    fn push(&mut self, row: u32, scores: &mut [(u16, f64)]) {
+        let margin = ranked(scores);
+        let start = self.prefs.len() as u32;
+        self.prefs.extend(scores.iter().map(|x| x.0));
+        self.rows.push((row, margin, start, self.prefs.len() as u32));
+    }
+
+    /// Re-places the rows in decreasing margin order (ties by row), each to its best shard with room.
+    fn place(mut self, placement: &mut Placement) {
+        self.rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for &(row, _, start, end) in &self.rows {
+            placement.place(row, &self.prefs[start as usize..end as usize]);
+        }
     }
 }
 
@@ -323,15 +345,14 @@ impl Policy for GreedyPolicy {
         }
         touched.sort_unstable();
         touched.dedup();
-        let scored = touched
-            .into_iter()
-            .map(|r| {
-                let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
-                let m = ranked(&mut sc);
-                (r, m, sc.into_iter().map(|x| x.0).collect())
-            })
-            .collect();
-        place_by_scores(&mut self.placement, scored);
+        let mut scored = Scored::with_capacity(touched.len(), self.cfg.top_k);
+        let mut sc: Vec<(u16, f64)> = Vec::with_capacity(self.cfg.top_k);
+        for r in touched {
+            sc.clear();
+            sc.extend(self.weights.row(r));
+            scored.push(r, &mut sc);
+        }
+        scored.place(&mut self.placement);
     }
     fn placement(&self) -> &Placement {
         &self.placement
@@ -359,12 +380,39 @@ struct AlisPolicy {
     undo: VecDeque<(usize, Vec<(u32, u16)>)>,
 }
 
+/// Soft votes per `D_new` row, flat: at most one slot per voting set (`stride` = history sets + 1).
+struct Votes {
+    stride: usize,
+    slots: Vec<(u16, f64)>,
+    len: Vec<u8>,
+}
+
+impl Votes {
+    fn add(&mut self, l: usize, shard: u16, weight: f64) {
+        let base = l * self.stride;
+        let n = usize::from(self.len[l]);
+        let row = &mut self.slots[base..base + n];
+        if let Some(x) = row.iter_mut().find(|x| x.0 == shard) {
+            x.1 += weight;
+        } else {
+            self.slots[base + n] = (shard, weight);
+            self.len[l] += 1;
+        }
+    }
+
+    fn of(&self, l: usize) -> &[(u16, f64)] {
+        let base = l * self.stride;
+        &self.slots[base..base + usize::from(self.len[l])]
+    }
+}
+
 /// The latest window in local ids: rows of `D_new` first (`0..n_new_rows`), then the window's other rows.
 struct LocalWindow {
     rows: Vec<u32>,
     n_new_rows: usize,
-    /// Requests of `D_new` (local ids).
-    new_nets: Vec<Vec<u32>>,
+    /// Requests of `D_new` (local ids), flat: request `q` is `new_pins[new_offsets[q]..new_offsets[q + 1]]`.
+    new_offsets: Vec<usize>,
+    new_pins: Vec<u32>,
     /// Requests used to score shard sets: the window minus `D_new` (all of it when `D_new` is the whole window).
     holdout_offsets: Vec<usize>,
     holdout_pins: Vec<u32>,
@@ -377,14 +425,22 @@ impl LocalWindow {
         let mut lw = LocalWindow {
             rows: Vec::new(),
             n_new_rows: 0,
-            new_nets: Vec::with_capacity(d_new.len()),
+            new_offsets: vec![0],
+            new_pins: Vec::new(),
             holdout_offsets: vec![0],
             holdout_pins: Vec::new(),
-            local_of: FastMap::default(),
+            // At most one entry per pin: reserving avoids rehashing while the window is read.
+            local_of: FastMap::with_capacity_and_hasher(
+                window.clone().map(|i| stream.request(i).len()).sum(),
+                std::hash::BuildHasherDefault::default(),
+            ),
         };
         for i in d_new.clone() {
-            let net = stream.request(i).iter().map(|&r| lw.intern(r)).collect();
-            lw.new_nets.push(net);
+            for &r in stream.request(i) {
+                let l = lw.intern(r);
+                lw.new_pins.push(l);
+            }
+            lw.new_offsets.push(lw.new_pins.len());
         }
         lw.n_new_rows = lw.rows.len();
         let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
@@ -456,10 +512,11 @@ impl AlisPolicy {
     /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
     /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
     /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
-    fn votes(&self, stream: &Stream, lw: &LocalWindow) -> Vec<Vec<(u16, f64)>> {
+    fn votes(&self, stream: &Stream, lw: &LocalWindow) -> Votes {
         let s_count = self.cfg.shards;
         let known_now = self.interim.len();
-        let mut votes: Vec<Vec<(u16, f64)>> = vec![Vec::new(); lw.n_new_rows];
+        let stride = self.cfg.history_sets + 1;
+        let mut votes = Votes { stride, slots: vec![(0, 0.0); lw.n_new_rows * stride], len: vec![0; lw.n_new_rows] };
         // Age 1: the interim before this update (rows unknown then are served by hash).
         let mut cur: Vec<u16> = lw
             .rows
@@ -474,13 +531,9 @@ impl AlisPolicy {
             }
         }
         let mut add = |set: &[u16], known: usize, weight: f64| {
-            for (l, v) in votes.iter_mut().enumerate() {
-                if (lw.rows[l] as usize) < known {
-                    let s = set[l];
-                    match v.iter_mut().find(|x| x.0 == s) {
-                        Some(x) => x.1 += weight,
-                        None => v.push((s, weight)),
-                    }
+            for (l, (&row, &s)) in lw.rows.iter().zip(set).take(votes.len.len()).enumerate() {
+                if (row as usize) < known {
+                    votes.add(l, s, weight);
                 }
             }
         };
@@ -534,7 +587,7 @@ impl Policy for AlisPolicy {
             .iter()
             .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
             .collect();
-        let hg = Hypergraph::new(n_local, lw.new_nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(n_local, lw.new_offsets.windows(2).map(|w| &lw.new_pins[w[0]..w[1]]));
         // The local partition may use what the global cap leaves each shard once the rows outside `D_new` are
         // counted where they are: the real constraint, rather than balancing the window on its own.
         let cap = self.placement.cap();
@@ -551,32 +604,31 @@ impl Policy for AlisPolicy {
         }
         let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw)) } else { None };
         let beta = self.cfg.beta;
-        let scored = lw.rows[..n_local]
-            .iter()
-            .enumerate()
-            .map(|(l, &r)| {
-                let mut sc: Vec<(u16, f64)> = self.weights.row(r).collect();
-                let w_sum: f64 = sc.iter().map(|x| x.1).sum();
-                for x in &mut sc {
-                    x.1 = (1.0 - beta) * (x.1 / w_sum);
-                }
-                if let Some(v) = votes.as_ref().map(|v| &v[l])
-                    && !v.is_empty()
-                {
-                    let v_sum: f64 = v.iter().map(|x| x.1).sum();
-                    for &(s, w) in v {
-                        let add = beta * (w / v_sum);
-                        match sc.iter_mut().find(|x| x.0 == s) {
-                            Some(x) => x.1 += add,
-                            None => sc.push((s, add)),
-                        }
+        let per_row = self.cfg.top_k + self.cfg.history_sets + 1;
+        let mut scored = Scored::with_capacity(n_local, per_row);
+        let mut sc: Vec<(u16, f64)> = Vec::with_capacity(per_row);
+        for (l, &r) in lw.rows[..n_local].iter().enumerate() {
+            sc.clear();
+            sc.extend(self.weights.row(r));
+            let w_sum: f64 = sc.iter().map(|x| x.1).sum();
+            for x in &mut sc {
+                x.1 = (1.0 - beta) * (x.1 / w_sum);
+            }
+            if let Some(v) = votes.as_ref().map(|v| v.of(l))
+                && !v.is_empty()
+            {
+                let v_sum: f64 = v.iter().map(|x| x.1).sum();
+                for &(s, w) in v {
+                    let add = beta * (w / v_sum);
+                    match sc.iter_mut().find(|x| x.0 == s) {
+                        Some(x) => x.1 += add,
+                        None => sc.push((s, add)),
                     }
                 }
-                let m = ranked(&mut sc);
-                (r, m, sc.into_iter().map(|x| x.0).collect::<Vec<u16>>())
-            })
-            .collect();
-        place_by_scores(&mut self.placement, scored);
+            }
+            scored.push(r, &mut sc);
+        }
+        scored.place(&mut self.placement);
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {
             let old_len = self.interim.len();
