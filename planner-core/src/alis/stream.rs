@@ -33,6 +33,9 @@ pub struct Stream {
     request_ids: Vec<u64>,
     row_keys: Vec<u64>,
     row_tables: Vec<u32>,
+    /// `known_after[i]`: one past the largest row index in requests `0..i` (prefix maxima, so that the policies'
+    /// per-update question costs O(1) instead of a scan of the whole history).
+    known_after: Vec<usize>,
 }
 
 impl Stream {
@@ -62,6 +65,7 @@ impl Stream {
             request_ids: Vec::with_capacity(indexed.len()),
             row_keys: Vec::new(),
             row_tables: Vec::new(),
+            known_after: Vec::new(),
         };
         for (line, r) in indexed {
             let start = s.pins.len();
@@ -88,6 +92,7 @@ impl Stream {
             s.times.push(r.time);
             s.request_ids.push(r.request_id);
         }
+        s.index_known_rows();
         Ok(s)
     }
 
@@ -96,7 +101,27 @@ impl Stream {
     pub(crate) fn from_parts(req_offsets: Vec<usize>, pins: Vec<u32>, times: Vec<f64>, row_keys: Vec<u64>) -> Self {
         let n = times.len();
         let tables = vec![0; row_keys.len()];
-        Stream { req_offsets, pins, times, request_ids: (0..n as u64).collect(), row_keys, row_tables: tables }
+        let mut s = Stream {
+            req_offsets,
+            pins,
+            times,
+            request_ids: (0..n as u64).collect(),
+            row_keys,
+            row_tables: tables,
+            known_after: Vec::new(),
+        };
+        s.index_known_rows();
+        s
+    }
+
+    fn index_known_rows(&mut self) {
+        let mut known = 0usize;
+        self.known_after = std::iter::once(0)
+            .chain(self.req_offsets.windows(2).map(|w| {
+                known = self.pins[w[0]..w[1]].iter().fold(known, |k, &r| k.max(r as usize + 1));
+                known
+            }))
+            .collect();
     }
 
     /// Number of requests.
@@ -165,7 +190,7 @@ impl Stream {
     /// appearance order, so this is the number of rows known after those requests).
     #[must_use]
     pub fn rows_known_after(&self, end: usize) -> usize {
-        self.pins[..self.req_offsets[end]].iter().map(|&r| r as usize + 1).max().unwrap_or(0)
+        self.known_after[end]
     }
 }
 
