@@ -36,6 +36,19 @@ pub fn replay(
 ) -> Result<ReplayResult, AlisError> {
     let mut policy = make_policy(name, cfg)?;
     let windows = stream.windows(replay_cfg.window_requests)?;
+    // Window 0 is served before any update and left out of the summaries: one window would score nothing.
+    if windows.len() < 2 {
+        let n = stream.n_requests();
+        return Err(AlisError::InvalidParam {
+            field: "window_requests",
+            value: replay_cfg.window_requests.to_string(),
+            allowed: if n < 2 {
+                format!("none: the stream has {n} request, and a replay needs two windows")
+            } else {
+                format!("1..={} for this stream of {n} requests (a replay needs two windows)", n - 1)
+            },
+        });
+    }
     let mut out = Vec::with_capacity(windows.len());
     let mut prev: Vec<u16> = Vec::new();
     for (w, range) in windows.into_iter().enumerate() {
@@ -195,6 +208,18 @@ mod tests {
                 hash.summary.mean_fanout
             );
         }
+    }
+
+    #[test]
+    fn a_replay_needs_two_windows() {
+        let (stream, mut rc) = small(1);
+        let n = stream.n_requests();
+        let cfg = PolicyConfig { shards: 4, ..PolicyConfig::default() };
+        rc.window_requests = n;
+        let err = replay(&stream, "alis", &cfg, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("window_requests") && err.contains(&n.to_string()), "{err}");
+        rc.window_requests = n - 1;
+        assert!(replay(&stream, "alis", &cfg, &rc, &mut || 0.0).is_ok());
     }
 
     #[test]

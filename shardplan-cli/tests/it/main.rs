@@ -337,6 +337,11 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
         &["decay", "0"],
     );
     check_fails(bin().args(["dynamic", "--input"]).arg(&input).args(["--policies", "alis,nope"]), &["nope"]);
+    // One window of 1000 requests would score nothing: the replay needs two.
+    check_fails(
+        bin().args(["dynamic", "--input"]).arg(&input).args(["--window-requests", "1000"]),
+        &["window_requests", "1000", "1..=19"],
+    );
     check_fails(bin().args(["dynamic", "--input"]).arg(dir.join("missing.jsonl")), &["missing.jsonl"]);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me", "a failed run must not overwrite the report");
 }
