@@ -296,7 +296,8 @@ impl Scored {
 
     /// Re-places the rows in decreasing margin order (ties by row), each to its best shard with room.
     fn place(mut self, placement: &mut Placement) {
-        self.rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Rows are distinct, so the order is total and an unstable sort gives the same result.
+        self.rows.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         for &(row, _, start, end) in &self.rows {
             placement.place(row, &self.prefs[start as usize..end as usize]);
         }
@@ -512,7 +513,8 @@ impl AlisPolicy {
     /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
     /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
     /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
-    fn votes(&self, stream: &Stream, lw: &LocalWindow) -> Votes {
+    /// `interim_new[l]` is argmax W of `D_new` row `l` after this update's ΔW.
+    fn votes(&self, stream: &Stream, lw: &LocalWindow, interim_new: &[u16]) -> Votes {
         let s_count = self.cfg.shards;
         let known_now = self.interim.len();
         let stride = self.cfg.history_sets + 1;
@@ -525,11 +527,7 @@ impl AlisPolicy {
             .collect();
         // Age 0: this update's interim (argmax W for `D_new` rows, unchanged elsewhere).
         let mut now = cur.clone();
-        for (l, &r) in lw.rows[..lw.n_new_rows].iter().enumerate() {
-            if let Some(s) = self.w_argmax(r) {
-                now[l] = s;
-            }
-        }
+        now[..lw.n_new_rows].copy_from_slice(interim_new);
         let mut add = |set: &[u16], known: usize, weight: f64| {
             for (l, (&row, &s)) in lw.rows.iter().zip(set).take(votes.len.len()).enumerate() {
                 if (row as usize) < known {
@@ -602,7 +600,13 @@ impl Policy for AlisPolicy {
         for (l, &r) in lw.rows[..n_local].iter().enumerate() {
             self.weights.add(r, local[l], 1.0);
         }
-        let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw)) } else { None };
+        // This update's interim set on `D_new` (every row of it just got weight, so W has an argmax).
+        let interim_new: Vec<u16> = if self.cfg.history_sets > 0 {
+            lw.rows[..n_local].iter().zip(&local).map(|(&r, &s)| self.w_argmax(r).unwrap_or(s)).collect()
+        } else {
+            Vec::new()
+        };
+        let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw, &interim_new)) } else { None };
         let beta = self.cfg.beta;
         let per_row = self.cfg.top_k + self.cfg.history_sets + 1;
         let mut scored = Scored::with_capacity(n_local, per_row);
@@ -634,13 +638,11 @@ impl Policy for AlisPolicy {
             let old_len = self.interim.len();
             self.interim.extend_from_slice(&self.placement.as_slice()[old_len..rows]);
             let mut log = Vec::new();
-            for &r in &lw.rows[..n_local] {
-                if let Some(s) = self.w_argmax(r) {
-                    let old = self.interim[r as usize];
-                    if old != s {
-                        self.interim[r as usize] = s;
-                        log.push((r, old));
-                    }
+            for (&r, &s) in lw.rows[..n_local].iter().zip(&interim_new) {
+                let old = self.interim[r as usize];
+                if old != s {
+                    self.interim[r as usize] = s;
+                    log.push((r, old));
                 }
             }
             self.undo.push_front((old_len, log));
