@@ -277,7 +277,7 @@ fn ranked(scores: &mut [(u16, f64)]) -> f64 {
 #[derive(Default)]
 struct Scored {
     /// (row, margin, start and end of its preferences in `prefs`).
-    rows: Vec<(u32, f64, u32, u32)>,
+    rows: Vec<(u32, f64, usize, usize)>,
     prefs: Vec<u16>,
 }
 
@@ -289,9 +289,9 @@ impl Scored {
     /// Ranks `scores` and records the row's preferences.
     fn push(&mut self, row: u32, scores: &mut [(u16, f64)]) {
         let margin = ranked(scores);
-        let start = self.prefs.len() as u32;
+        let start = self.prefs.len();
         self.prefs.extend(scores.iter().map(|x| x.0));
-        self.rows.push((row, margin, start, self.prefs.len() as u32));
+        self.rows.push((row, margin, start, self.prefs.len()));
     }
 
     /// Re-places the rows in decreasing margin order (ties by row), each to its best shard with room.
@@ -299,7 +299,7 @@ impl Scored {
         // Rows are distinct, so the order is total and an unstable sort gives the same result.
         self.rows.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         for &(row, _, start, end) in &self.rows {
-            placement.place(row, &self.prefs[start as usize..end as usize]);
+            placement.place(row, &self.prefs[start..end]);
         }
     }
 }

@@ -43,7 +43,10 @@ pub fn replay(
             field: "window_requests",
             value: replay_cfg.window_requests.to_string(),
             allowed: if n < 2 {
-                format!("none: the stream has {n} request, and a replay needs two windows")
+                format!(
+                    "none: the stream has {n} request{}, and a replay needs two windows",
+                    if n == 1 { "" } else { "s" }
+                )
             } else {
                 format!("1..={} for this stream of {n} requests (a replay needs two windows)", n - 1)
             },
@@ -217,7 +220,7 @@ mod tests {
         let cfg = PolicyConfig { shards: 4, ..PolicyConfig::default() };
         rc.window_requests = n;
         let err = replay(&stream, "alis", &cfg, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("window_requests") && err.contains(&n.to_string()), "{err}");
+        assert!(err.contains("window_requests") && err.contains(&format!("1..={}", n - 1)), "{err}");
         rc.window_requests = n - 1;
         assert!(replay(&stream, "alis", &cfg, &rc, &mut || 0.0).is_ok());
     }

@@ -334,7 +334,7 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
     check_fails(bin().args(["dynamic", "--input"]).arg(&bad).arg("--out").arg(&out), &["line 2", "row_ids"]);
     check_fails(
         bin().args(["dynamic", "--input"]).arg(&input).args(["--decay", "0"]).arg("--out").arg(&out),
-        &["decay", "0"],
+        &["decay = 0", "(0, 1]"],
     );
     check_fails(bin().args(["dynamic", "--input"]).arg(&input).args(["--policies", "alis,nope"]), &["nope"]);
     // One window of 1000 requests would score nothing: the replay needs two.
