@@ -274,7 +274,6 @@ fn ranked(scores: &mut [(u16, f64)]) -> f64 {
 }
 
 /// Rows to re-place with their ranked shard preferences, in flat buffers (no allocation per row).
-#[derive(Default)]
 struct Scored {
     /// (row, margin, start and end of its preferences in `prefs`).
     rows: Vec<(u32, f64, usize, usize)>,
@@ -466,9 +465,8 @@ impl LocalWindow {
     /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
     /// `stamp` is scratch of one entry per shard; a shard counts once per request when its stamp is not yet the
     /// request's, so the cost is O(pins) whatever S.
-    fn holdout_fanout(&self, shard: &[u16], stamp: &mut Vec<u32>) -> f64 {
-        stamp.clear();
-        stamp.resize(usize::from(shard.iter().copied().max().unwrap_or(0)) + 1, 0);
+    fn holdout_fanout(&self, shard: &[u16], stamp: &mut [u32]) -> f64 {
+        stamp.fill(0);
         let mut total = 0usize;
         let n = self.holdout_offsets.len() - 1;
         for q in 0..n {
@@ -535,7 +533,7 @@ impl AlisPolicy {
                 }
             }
         };
-        let mut stamp = Vec::new();
+        let mut stamp = vec![0u32; s_count];
         add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now, &mut stamp));
         let mut known = known_now;
         let mut decay = 1.0;
@@ -600,13 +598,16 @@ impl Policy for AlisPolicy {
         for (l, &r) in lw.rows[..n_local].iter().enumerate() {
             self.weights.add(r, local[l], 1.0);
         }
-        // This update's interim set on `D_new` (every row of it just got weight, so W has an argmax).
-        let interim_new: Vec<u16> = if self.cfg.history_sets > 0 {
-            lw.rows[..n_local].iter().zip(&local).map(|(&r, &s)| self.w_argmax(r).unwrap_or(s)).collect()
+        // This update's interim set on `D_new` (every row of it just got weight, so W has an argmax), and the
+        // votes of the history sets.
+        let (interim_new, votes) = if self.cfg.history_sets > 0 {
+            let interim: Vec<u16> =
+                lw.rows[..n_local].iter().zip(&local).map(|(&r, &s)| self.w_argmax(r).unwrap_or(s)).collect();
+            let votes = self.votes(stream, &lw, &interim);
+            (interim, Some(votes))
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
-        let votes = if self.cfg.history_sets > 0 { Some(self.votes(stream, &lw, &interim_new)) } else { None };
         let beta = self.cfg.beta;
         let per_row = self.cfg.top_k + self.cfg.history_sets + 1;
         let mut scored = Scored::with_capacity(n_local, per_row);
