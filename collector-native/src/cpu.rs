@@ -314,10 +314,14 @@ struct Inbox {
 }
 
 /// One all-to-all among `d` threads. Rank `r` sends `send_len(r, s)` floats to every rank `s`.
-/// Returns each rank's time from its start (after `delay(r)`) to having received every block.
+/// Every rank starts at `epoch + delay(r)`, where `epoch` is the earliest moment any rank left the
+/// opening barrier, so a rank the OS schedules late is not credited with a shorter wait. Returns each
+/// rank's time from that scheduled start to having received every block.
+#[allow(clippy::too_many_arguments)]
 fn exchange(
     d: usize,
     barrier: &Barrier,
+    epoch: &Mutex<Option<Instant>>,
     inboxes: &[Inbox],
     sends: &[Vec<f32>],
     r: usize,
@@ -325,10 +329,17 @@ fn exchange(
     send_len: &dyn Fn(usize, usize) -> usize,
 ) -> f64 {
     barrier.wait();
-    if !delay.is_zero() {
-        std::thread::sleep(delay);
+    let left = Instant::now();
+    if let Ok(mut e) = epoch.lock() {
+        *e = Some(e.map_or(left, |e| e.min(left)));
     }
-    let start = Instant::now();
+    barrier.wait();
+    let Some(common) = epoch.lock().ok().and_then(|e| *e) else { return f64::NAN };
+    let start = common + delay;
+    let now = Instant::now();
+    if start > now {
+        std::thread::sleep(start - now);
+    }
     let mut offset = 0;
     for (s, inbox) in inboxes.iter().enumerate() {
         let n = send_len(r, s);
@@ -350,16 +361,22 @@ fn exchange(
         }
     }
     let end = Instant::now();
-    barrier.wait();
+    // Every rank has read the epoch before this barrier opens, and none records the next one before the
+    // leader has cleared it (the next exchange opens with a barrier the leader must reach too).
+    if barrier.wait().is_leader()
+        && let Ok(mut e) = epoch.lock()
+    {
+        *e = None;
+    }
     if let Ok(mut arrived) = inboxes[r].arrived.lock() {
         *arrived = 0;
     }
-    (end - start).as_secs_f64() * 1e3
+    end.saturating_duration_since(start).as_secs_f64() * 1e3
 }
 
 /// Times the forward (with start delays) and backward all-to-all of `sample` among `d` threads, each
 /// rank holding `batch / d` rows of the pooled output of its tables for every rank (SPEC section 4).
-/// The forward time of rank r is measured from the end of its delay, i.e. elapsed − delay.
+/// The forward time of rank r is measured from its scheduled start, the common epoch + its delay.
 pub fn time_comm(sample: &CommSample, batch: usize, warmup: u32, reps: u32) -> Result<CommTimes> {
     let d = sample.device_dims.len();
     if d == 0 || batch < d {
@@ -384,18 +401,20 @@ pub fn time_comm(sample: &CommSample, batch: usize, warmup: u32, reps: u32) -> R
     let fw_send: Vec<Vec<f32>> = (0..d).map(|r| vec![1.0; (0..d).map(|s| fw_len(r, s)).sum()]).collect();
     let bw_send: Vec<Vec<f32>> = (0..d).map(|r| vec![1.0; (0..d).map(|s| bw_len(r, s)).sum()]).collect();
     let barrier = Barrier::new(d);
+    let epoch = Mutex::new(None);
     let mut times = CommTimes { fw_ms: vec![Vec::new(); d], bw_ms: vec![Vec::new(); d] };
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..d)
             .map(|r| {
-                let (fw_in, bw_in, fw_send, bw_send, barrier) = (&fw_in, &bw_in, &fw_send, &bw_send, &barrier);
+                let (fw_in, bw_in, fw_send, bw_send, barrier, epoch) =
+                    (&fw_in, &bw_in, &fw_send, &bw_send, &barrier, &epoch);
                 let delay = Duration::from_secs_f64(sample.delays_ms[r] / 1e3);
                 s.spawn(move || {
                     let mut fw = Vec::new();
                     let mut bw = Vec::new();
                     for it in 0..warmup + reps {
-                        let f = exchange(d, barrier, fw_in, fw_send, r, delay, &fw_len);
-                        let b = exchange(d, barrier, bw_in, bw_send, r, Duration::ZERO, &bw_len);
+                        let f = exchange(d, barrier, epoch, fw_in, fw_send, r, delay, &fw_len);
+                        let b = exchange(d, barrier, epoch, bw_in, bw_send, r, Duration::ZERO, &bw_len);
                         if it >= warmup {
                             fw.push(f);
                             bw.push(b);
@@ -518,8 +537,8 @@ mod tests {
         let t = time_comm(&sample, 12, 1, 3).unwrap();
         assert_eq!(t.fw_ms.len(), 3);
         assert!(t.fw_ms.iter().chain(&t.bw_ms).all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0)));
-        // Rank 0 starts first and must wait for rank 1's delayed block: about 2 ms.
-        assert!(t.fw_ms[0].iter().all(|&x| x >= 1.5), "{:?}", t.fw_ms[0]);
+        // Rank 0 starts first and must wait for rank 1's block, which leaves 2 ms after the common epoch.
+        assert!(t.fw_ms[0].iter().all(|&x| x >= 2.0), "{:?}", t.fw_ms[0]);
         assert!(time_comm(&sample, 2, 1, 1).is_err());
     }
 }

@@ -204,7 +204,7 @@ fn comm_collection_times_every_device() {
         // The earliest rank must wait for the latest one's block.
         let max_delay = delays_ms.iter().copied().fold(0.0, f64::max);
         let first = delays_ms.iter().position(|&d| d == 0.0).unwrap();
-        assert!(fw[first].median_ms >= max_delay * 0.8, "{} vs delay {max_delay}", fw[first].median_ms);
+        assert!(fw[first].median_ms >= max_delay - 1e-3, "{} vs delay {max_delay}", fw[first].median_ms);
     }
 }
 
