@@ -28,6 +28,7 @@ pub mod features;
 pub mod input;
 pub mod plan;
 pub mod planners;
+pub mod policy;
 pub mod pool;
 pub mod table;
 pub mod task;

@@ -17,6 +17,7 @@ pub mod data;
 pub mod export;
 pub mod models;
 pub mod net;
+pub mod rl;
 pub mod train;
 
 use std::collections::BTreeMap;
