@@ -115,7 +115,8 @@ impl LoadedPolicy {
         }
         let mut files = BTreeMap::new();
         for (role, name) in &card.graphs {
-            let bytes = file(name).ok_or_else(|| mismatch(&format!("graph `{role}`"), name.clone(), "no such file".into()))?;
+            let bytes =
+                file(name).ok_or_else(|| mismatch(&format!("graph `{role}`"), name.clone(), "no such file".into()))?;
             files.insert(role.clone(), bytes.to_vec());
         }
         Ok(Self { card, files })
@@ -186,5 +187,25 @@ pub fn embedded(algorithm: PolicyAlgorithm) -> Option<&'static EmbeddedPolicy> {
     EMBEDDED_POLICIES.iter().find(|p| p.algorithm == algorithm)
 }
 
+macro_rules! policy_file {
+    ($dir:literal, $file:literal) => {
+        ($file, include_bytes!(concat!("../policies/", $dir, "/", $file)).as_slice())
+    };
+}
+
 /// Every embedded policy (at most one per algorithm: the default the planner of that name runs).
-pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[];
+pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[EmbeddedPolicy {
+    name: "dreamshard",
+    algorithm: PolicyAlgorithm::DreamShard,
+    card_json: include_str!("../policies/dreamshard/policy.json"),
+    files: &[
+        policy_file!("dreamshard", "cost_table.onnx"),
+        policy_file!("dreamshard", "cost_compute.onnx"),
+        policy_file!("dreamshard", "cost_fw_comm.onnx"),
+        policy_file!("dreamshard", "cost_bw_comm.onnx"),
+        policy_file!("dreamshard", "cost_overall.onnx"),
+        policy_file!("dreamshard", "policy_table.onnx"),
+        policy_file!("dreamshard", "policy_cost.onnx"),
+        policy_file!("dreamshard", "policy_out.onnx"),
+    ],
+}];

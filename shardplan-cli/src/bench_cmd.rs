@@ -24,10 +24,10 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::bound::{ExactConfig, exact, lower_bound};
-use planner_core::cost::CostModel;
+use planner_core::cost::{CostDefinition, CostModel};
 use planner_core::eval::{PlannerSummary, TaskOutcome, kendall_tau, percentile, summarize};
 use planner_core::planners::{PlanContext, PlannerEntry, planners};
-use planner_core::task::{Protocol, SuiteSpec, SuiteTask};
+use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
 use planner_core::{Devices, TableSpec, Task};
 use planner_core::{Error, Plan, PlanDocument, evaluate};
 use serde::Serialize;
@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// Tasks per scale point (100/8, 200/16, 500/64); 0 skips the scale section.
     #[arg(long, default_value_t = 3)]
     pub scale_tasks: usize,
+    /// Tasks per cell of the seed-protocol section (DreamShard and AutoShard protocols, unseen tables,
+    /// four-phase cost); 0 skips it.
+    #[arg(long, default_value_t = 20)]
+    pub protocol_tasks: usize,
     /// A `shardplan-collect` binary: measure plans with it (the measured judge).
     #[arg(long)]
     pub measure_with: Option<PathBuf>,
@@ -209,6 +213,27 @@ pub struct ScaleRow {
     pub mean_cost_valid_ms: Option<f64>,
 }
 
+/// One planner on a seed-protocol cell.
+#[derive(Serialize)]
+pub struct ProtocolRow {
+    /// Cost (four-phase), validity, improvement over the best seed baseline and planning time.
+    #[serde(flatten)]
+    pub summary: PlannerSummary,
+    /// Mean over valid plans of min / max device compute, percent (AutoShard's degree of balance).
+    pub balance_pct: Option<f64>,
+}
+
+/// A cell of the seed-protocol section.
+#[derive(Serialize)]
+pub struct ProtocolCell {
+    /// What it is.
+    pub name: String,
+    /// The suite drawn.
+    pub spec: SuiteSpec,
+    /// One row per planner.
+    pub planners: Vec<ProtocolRow>,
+}
+
 /// The JSON result of `shardplan bench`.
 #[derive(Serialize)]
 pub struct BenchResult {
@@ -224,6 +249,8 @@ pub struct BenchResult {
     pub optimality: Option<Optimality>,
     /// Planning time at scale.
     pub scale: Vec<ScaleRow>,
+    /// The DreamShard and AutoShard protocols (four-phase cost, unseen tables).
+    pub seed_protocols: Vec<ProtocolCell>,
 }
 
 /// Schema tag of bench results.
@@ -239,9 +266,72 @@ struct Run {
     outcome: TaskOutcome,
     hits: u64,
     misses: u64,
+    /// AutoShard's degree of balance: min / max device compute.
+    balance: Option<f64>,
+}
+
+/// min / max over devices of the compute time (AutoShard's degree of balance; `None` with no compute).
+fn balance(report: &planner_core::PlanReport) -> Option<f64> {
+    let c: Vec<f64> = report.devices.iter().map(|d| d.compute_ms).collect();
+    let max = c.iter().copied().fold(0.0, f64::max);
+    (max > 0.0).then(|| c.iter().copied().fold(f64::INFINITY, f64::min) / max)
+}
+
+/// The seed protocols the learned policies were published on (SPEC section 7), every planner judged
+/// by the cost model under DreamShard's four-phase definition, on tables of the pool's test half.
+fn seed_protocols(
+    entries: &[&PlannerEntry],
+    model: &dyn CostModel,
+    count: usize,
+    seed: u64,
+) -> Result<Vec<ProtocolCell>> {
+    let cells = [
+        ("DreamShard protocol, unseen tables", Protocol::DreamShard, 4, (10, 101)),
+        ("DreamShard protocol, 8 devices (transfer)", Protocol::DreamShard, 8, (20, 201)),
+        ("AutoShard protocol, 80 tables / 8 devices", Protocol::AutoShard, 8, (80, 81)),
+    ];
+    let mut out = Vec::new();
+    for (name, protocol, devices, tables) in cells {
+        let spec = SuiteSpec {
+            protocol,
+            devices,
+            max_dim: 16,
+            tables: Some(tables),
+            pool_half: Some(PoolHalf::Test),
+            count,
+            seed: seed ^ 0x5eed_9707 ^ devices as u64,
+        };
+        let suite = spec.tasks().with_context(|| format!("drawing the {name} suite"))?;
+        let runs: Vec<Vec<Run>> = entries
+            .iter()
+            .map(|e| suite.iter().map(|st| run_with(e, st, model, CostDefinition::FourPhase)).collect())
+            .collect::<Result<_>>()?;
+        let pairs: Vec<(String, Vec<TaskOutcome>)> = entries
+            .iter()
+            .zip(&runs)
+            .map(|(e, r)| (e.name.to_string(), r.iter().map(|x| x.outcome.clone()).collect()))
+            .collect();
+        let summary = summarize(&pairs, |n| planner_core::planners::planner(n).is_ok_and(|e| e.is_seed_baseline));
+        let planners = summary
+            .into_iter()
+            .zip(&runs)
+            .map(|(summary, r)| {
+                let b: Vec<f64> = r.iter().filter_map(|x| x.balance).collect();
+                ProtocolRow { summary, balance_pct: mean(&b).map(|x| 100.0 * x) }
+            })
+            .collect();
+        eprintln!("seed protocol cell `{name}`: done");
+        out.push(ProtocolCell { name: name.into(), spec, planners });
+    }
+    Ok(out)
 }
 
 fn run_one(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, args: &BenchArgs) -> Result<Run> {
+    run_with(entry, st, model, args.cost.definition)
+}
+
+/// [`run_one`] under `definition`.
+fn run_with(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, definition: CostDefinition) -> Result<Run> {
     let planner = entry.build();
     let ctx = PlanContext::new(model, st.seed);
     let start = Instant::now();
@@ -250,17 +340,19 @@ fn run_one(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, args: &B
     let (hits, misses) = planner.last_stats().map_or((0, 0), |s| (s.set_cache_hits, s.set_cache_misses));
     match result {
         Ok(plan) => {
-            let report = evaluate(&st.task, &plan, model, args.cost.definition)?;
+            let report = evaluate(&st.task, &plan, model, definition)?;
             let cost_ms = report.feasible.then_some(report.cost_ms);
+            let balance = report.feasible.then(|| balance(&report));
             Ok(Run {
                 plan: report.feasible.then_some(plan),
                 outcome: TaskOutcome { cost_ms, plan_time_ms },
                 hits,
                 misses,
+                balance: balance.flatten(),
             })
         }
         Err(Error::NoFit { .. } | Error::NoPlan { .. }) => {
-            Ok(Run { plan: None, outcome: TaskOutcome { cost_ms: None, plan_time_ms }, hits, misses })
+            Ok(Run { plan: None, outcome: TaskOutcome { cost_ms: None, plan_time_ms }, hits, misses, balance: None })
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index))),
     }
@@ -601,6 +693,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells,
         optimality: None,
         scale: Vec::new(),
+        seed_protocols: Vec::new(),
     };
     save(args, &result)?;
     if exact_tasks > 0 {
@@ -609,6 +702,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if scale_tasks > 0 {
         result.scale = scale(args, &entries, model.as_ref(), scale_tasks)?;
+        save(args, &result)?;
+    }
+    let protocol_tasks = if args.quick { args.protocol_tasks.min(2) } else { args.protocol_tasks };
+    if protocol_tasks > 0 {
+        result.seed_protocols = seed_protocols(&entries, model.as_ref(), protocol_tasks, args.seed)?;
         save(args, &result)?;
     }
     println!("{}", markdown(&result));
@@ -749,6 +847,35 @@ fn markdown(r: &BenchResult) -> String {
             .collect();
         out.push(render_table(
             &["tables/devices", "cap", "planner", "valid", "p50 ms", "max ms", "mean cost ms (valid)"],
+            &rows,
+            true,
+        ));
+    }
+    for c in &r.seed_protocols {
+        let table = c.spec.tables.map_or(String::new(), |(lo, hi)| format!("{lo}–{} tables", hi - 1));
+        out.push(format!(
+            "\n## {} ({} tasks, {table}, fp16, dims {}, test half of the pool; four-phase cost)\n",
+            c.name,
+            c.spec.count,
+            if c.spec.protocol == Protocol::AutoShard { "16/32" } else { "16" },
+        ));
+        let rows: Vec<Vec<String>> = c
+            .planners
+            .iter()
+            .map(|p| {
+                let s = &p.summary;
+                vec![
+                    s.planner.clone(),
+                    format!("{}/{}", s.valid, s.tasks),
+                    opt(s.mean_cost_ms, 3),
+                    s.improvement_pct.map_or("-".into(), |x| format!("{x:+.2}%")),
+                    opt(p.balance_pct, 1),
+                    format!("{:.3}", s.plan_time_p50_ms),
+                ]
+            })
+            .collect();
+        out.push(render_table(
+            &["planner", "valid", "mean cost ms", "vs best baseline", "compute balance min/max %", "plan p50 ms"],
             &rows,
             true,
         ));

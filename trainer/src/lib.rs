@@ -14,6 +14,7 @@
 pub mod adam;
 pub mod bench;
 pub mod data;
+pub mod dreamshard;
 pub mod export;
 pub mod models;
 pub mod net;

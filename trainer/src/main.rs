@@ -62,6 +62,162 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         sets: usize,
     },
+    /// Train a DreamShard policy (cost network + policy network, REINFORCE on the estimated MDP) and
+    /// write it (policy.json + ONNX graphs + curve.json) to --out.
+    Dreamshard(DreamShardArgs),
+}
+
+/// Arguments of `shardplan-train dreamshard` (defaults: the paper's loop on the DreamShard protocol).
+#[derive(clap::Args)]
+struct DreamShardArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Seed of initialisation, task draws and sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Outer iterations (each: real evaluations, cost-network steps, policy updates).
+    #[arg(long, default_value_t = 30)]
+    iterations: usize,
+    /// Real evaluations per iteration.
+    #[arg(long, default_value_t = 10)]
+    evals: usize,
+    /// Cost-network steps per iteration (the paper: 300).
+    #[arg(long, default_value_t = 100)]
+    cost_steps: usize,
+    /// Cost-network batch (the paper: 64).
+    #[arg(long, default_value_t = 32)]
+    cost_batch: usize,
+    /// Policy updates per iteration (the paper: 10).
+    #[arg(long, default_value_t = 50)]
+    rl_updates: usize,
+    /// Episodes per policy update.
+    #[arg(long, default_value_t = 10)]
+    episodes: usize,
+    /// Adam learning rate, decayed linearly (the paper: 5e-4).
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    /// Entropy bonus.
+    #[arg(long, default_value_t = 1e-3)]
+    entropy: f64,
+    /// Devices of the training tasks.
+    #[arg(long, default_value_t = 4)]
+    devices: usize,
+    /// Table-count range of the training tasks, `MIN..MAX` (MAX exclusive).
+    #[arg(long, default_value = "10..101")]
+    tables: String,
+    /// Validation tasks (train half of the pool, other seeds), judged every iteration.
+    #[arg(long, default_value_t = 20)]
+    validation_tasks: usize,
+    /// What evaluates plans for real: `model:<cost model>` (an embedded profile or `analytical`) or
+    /// `collector:<path to shardplan-collect>`.
+    #[arg(long, default_value = "model:h100")]
+    judge: String,
+    /// Backend of a collector judge (`cpu` or `cuda`).
+    #[arg(long, default_value = "cpu")]
+    judge_backend: String,
+    /// Bags per table of a collector judge.
+    #[arg(long, default_value_t = 4096)]
+    judge_batch: u32,
+    /// No per-iteration lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_range(field: &str, s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{field}` = {s:?} is invalid: a range MIN..MAX with 1 <= MIN < MAX");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+    if a == 0 || b <= a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
+    use planner_core::task::{PoolHalf, Protocol, SuiteSpec};
+    use trainer::dreamshard::{CollectorJudge, DreamShardConfig, Judge, ModelJudge, train_dreamshard, write};
+    let run = || -> anyhow::Result<()> {
+        let tables = parse_range("--tables", &a.tables).map_err(anyhow::Error::msg)?;
+        for (field, v) in [("--iterations", a.iterations), ("--evals", a.evals), ("--cost-batch", a.cost_batch)] {
+            if v == 0 {
+                anyhow::bail!("`{field}` = 0 is invalid: at least 1");
+            }
+        }
+        if a.episodes < 2 {
+            anyhow::bail!("`--episodes` = {} is invalid: at least 2 (their mean is the baseline)", a.episodes);
+        }
+        if !(a.lr.is_finite() && a.lr > 0.0) {
+            anyhow::bail!("`--lr` = {} is invalid: a positive number", a.lr);
+        }
+        if !(a.entropy.is_finite() && a.entropy >= 0.0) {
+            anyhow::bail!("`--entropy` = {} is invalid: a number >= 0", a.entropy);
+        }
+        let suite = |count: usize, seed: u64| SuiteSpec {
+            protocol: Protocol::DreamShard,
+            devices: a.devices,
+            max_dim: 16,
+            tables: Some(tables),
+            pool_half: Some(PoolHalf::Train),
+            count,
+            seed,
+        };
+        let mut judge: Box<dyn Judge> = match a.judge.split_once(':') {
+            Some(("model", name)) => {
+                let cost: Box<dyn planner_core::CostModel> = if name == "analytical" {
+                    Box::new(planner_core::AnalyticalModel::new(
+                        planner_core::HardwareProfile::torchrec_default(),
+                        65_536,
+                    )?)
+                } else {
+                    Box::new(planner_core::cost::profiles::load_with_comm_fallback(name)?)
+                };
+                Box::new(ModelJudge { model: cost })
+            }
+            Some(("collector", bin)) => Box::new(CollectorJudge {
+                bin: bin.into(),
+                backend: a.judge_backend.clone(),
+                batch: a.judge_batch,
+                reps: 3,
+                dir: a.out.join("evaluations"),
+                count: 0,
+            }),
+            _ => anyhow::bail!("`--judge` = {:?} is invalid: model:<cost model> or collector:<path>", a.judge),
+        };
+        let cfg = DreamShardConfig {
+            seed: a.seed,
+            iterations: a.iterations,
+            evals_per_iteration: a.evals,
+            cost_steps: a.cost_steps,
+            cost_batch: a.cost_batch,
+            rl_updates: a.rl_updates,
+            episodes: a.episodes,
+            lr: a.lr,
+            entropy: a.entropy,
+            suite: suite(usize::MAX, a.seed),
+            validation: suite(a.validation_tasks.max(1), a.seed ^ 0x0076_a11d),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            verbose: !a.quiet,
+        };
+        let trained = train_dreamshard(&cfg, judge.as_mut())?;
+        write(&a.out, &trained)?;
+        println!(
+            "policy `{}` written to {}: {} real evaluations, {} episodes, {:.0} s",
+            trained.card.name,
+            a.out.display(),
+            trained.card.training.real_evaluations,
+            trained.card.training.episodes,
+            trained.card.training.wall_s
+        );
+        Ok(())
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
@@ -107,6 +263,7 @@ fn main() -> ExitCode {
             (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet)
         }
         Command::Bench { profile, sets } => return bench(&profile, sets),
+        Command::Dreamshard(args) => return dreamshard_cmd(&args),
     };
     let bad = |field: &str, value: String, allowed: &str| {
         eprintln!("error: `{field}` = {value} is invalid: {allowed}");

@@ -114,7 +114,10 @@ pub fn read_policy_dir(dir: &Path, algorithm: planner_core::policy::PolicyAlgori
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "onnx") {
-            files.insert(p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(), std::fs::read(&p)?);
+            files.insert(
+                p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+                std::fs::read(&p)?,
+            );
         }
     }
     Ok(LoadedPolicy::from_card(&json, algorithm, |f| files.get(f).map(Vec::as_slice))?)

@@ -85,6 +85,18 @@ pub fn load(name: &str) -> Result<NeuralModel> {
     NeuralModel::from_profile(profile.card_json, |f| profile.files.iter().find(|(n, _)| *n == f).map(|(_, b)| *b))
 }
 
+/// Loads the embedded profile called `name` as the CLI and the browser run it: comm the profile has
+/// no model for is priced by the analytical model of its hardware preset (at the default global batch).
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with_comm_fallback(name: &str) -> Result<NeuralModel> {
+    let model = load(name)?;
+    let preset = find(name).map_or("torchrec", |p| p.comm_fallback_hw);
+    let hw = crate::cost::HardwareProfile::builtin(preset)?;
+    Ok(model.with_comm_fallback(crate::cost::AnalyticalModel::new(hw, crate::cost::analytical::DEFAULT_GLOBAL_BATCH)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

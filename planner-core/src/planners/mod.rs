@@ -2,6 +2,7 @@
 //! and the benchmarks all read [`REGISTRY`]).
 
 pub mod baselines;
+pub mod dreamshard;
 pub mod neuroshard;
 pub mod refine;
 pub(crate) mod search;
@@ -234,6 +235,12 @@ pub const REGISTRY: &[PlannerEntry] = &[
                 Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
             ))
         },
+    },
+    PlannerEntry {
+        name: "dreamshard",
+        summary: "DreamShard: a trained policy places tables one by one (argmax over devices that fit), table-wise",
+        is_seed_baseline: false,
+        make: || Box::new(dreamshard::DreamShard::default()),
     },
     PlannerEntry {
         name: "torchrec",

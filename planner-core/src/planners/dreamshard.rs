@@ -1,0 +1,306 @@
+//! DreamShard (SPEC section 6): a learned policy places the tables one by one, greedily (argmax).
+//!
+//! The MDP: tables in descending order of their predicted single-table cost; device d is described by
+//! the sum of a table MLP over its tables and three predicted costs of its set (compute, forward comm,
+//! backward comm) from the cost network, both taken with the table being placed added (the outcome of
+//! choosing d); legal actions are the devices where the table still fits. The policy scores each
+//! device as `out([Σ policy_table ‖ policy_cost(costs)])`.
+//! The cost network's overall head, on the element-wise max of the device sums, predicts the plan's
+//! cost: the reward the policy was trained on (the trainer, `shardplan-train dreamshard`).
+//!
+//! Both networks run natively from their exported ONNX graphs ([`NativeMlp`]), so a plan of a hundred
+//! tables takes well under a millisecond, in the browser too. The sum and max reductions are what let
+//! one trained policy plan any table count and any device count.
+
+use std::sync::OnceLock;
+
+use super::{PlanContext, Planner};
+use crate::cost::native::NativeMlp;
+use crate::error::{Error, Result};
+use crate::features::{DREAMSHARD_LEN, dreamshard_task_features};
+use crate::plan::Plan;
+use crate::policy::{LoadedPolicy, PolicyAlgorithm, embedded};
+use crate::task::Task;
+
+/// Width of the table embeddings (cost and policy table MLPs).
+pub const EMBED: usize = 32;
+/// Per-device cost features: compute, forward comm, backward comm (ms).
+pub const COST_FEATURES: usize = 3;
+/// Graph roles of a DreamShard policy, in the order of [`DreamShardNets`]' fields, with their widths.
+pub const ROLES: [(&str, usize, usize); 8] = [
+    ("cost_table", DREAMSHARD_LEN, EMBED),
+    ("cost_compute", EMBED, 1),
+    ("cost_fw_comm", EMBED, 1),
+    ("cost_bw_comm", EMBED, 1),
+    ("cost_overall", EMBED, 1),
+    ("policy_table", DREAMSHARD_LEN, EMBED),
+    ("policy_cost", COST_FEATURES, EMBED),
+    ("policy_out", 2 * EMBED, 1),
+];
+
+/// The cost and policy networks of a trained DreamShard policy.
+#[derive(Debug, Clone)]
+pub struct DreamShardNets {
+    /// Policy name (from its card).
+    pub name: String,
+    cost_table: NativeMlp,
+    cost_heads: [NativeMlp; COST_FEATURES],
+    cost_overall: NativeMlp,
+    policy_table: NativeMlp,
+    policy_cost: NativeMlp,
+    policy_out: NativeMlp,
+}
+
+/// Per-table embeddings of a task under both table MLPs.
+#[derive(Debug, Clone)]
+pub struct TaskEmbeddings {
+    /// Cost-network table embeddings, one per table.
+    pub cost: Vec<Vec<f64>>,
+    /// Policy-network table embeddings, one per table.
+    pub policy: Vec<Vec<f64>>,
+}
+
+impl DreamShardNets {
+    /// Reads every graph of `policy`.
+    ///
+    /// # Errors
+    /// [`Error::ModelSchemaMismatch`] when a graph is missing or of other widths than [`ROLES`].
+    pub fn from_policy(policy: &LoadedPolicy) -> Result<Self> {
+        if policy.card.algorithm != PolicyAlgorithm::DreamShard {
+            return Err(Error::ModelSchemaMismatch {
+                model: policy.card.name.clone(),
+                what: "algorithm".into(),
+                expected: "DreamShard".into(),
+                found: format!("{:?}", policy.card.algorithm),
+            });
+        }
+        let mut nets =
+            ROLES.iter().map(|&(role, i, o)| policy.mlp(role, i, o)).collect::<Result<Vec<_>>>()?.into_iter();
+        let mut next = || nets.next().ok_or_else(|| Error::InvalidPlan("role list exhausted".into()));
+        Ok(Self {
+            name: policy.card.name.clone(),
+            cost_table: next()?,
+            cost_heads: [next()?, next()?, next()?],
+            cost_overall: next()?,
+            policy_table: next()?,
+            policy_cost: next()?,
+            policy_out: next()?,
+        })
+    }
+
+    /// The embedded default policy.
+    ///
+    /// # Errors
+    /// [`Error::UnknownCostModel`] when this build embeds no DreamShard policy; a load error otherwise.
+    pub fn embedded() -> Result<Self> {
+        let p = embedded(PolicyAlgorithm::DreamShard).ok_or_else(|| Error::UnknownCostModel {
+            name: "dreamshard policy".into(),
+            known: "none embedded in this build".into(),
+        })?;
+        Self::from_policy(&p.load()?)
+    }
+
+    /// Both table embeddings of every table of `task` (DreamShard features, task-normalised).
+    #[must_use]
+    pub fn embed(&self, task: &Task) -> TaskEmbeddings {
+        let feats = dreamshard_task_features(&task.tables.iter().map(|t| (t, t.dim)).collect::<Vec<_>>());
+        let raw: Vec<Vec<f64>> = feats.iter().map(|f| f.iter().map(|&x| f64::from(x)).collect()).collect();
+        TaskEmbeddings {
+            cost: raw.iter().map(|f| self.cost_table.forward(f)).collect(),
+            policy: raw.iter().map(|f| self.policy_table.forward(f)).collect(),
+        }
+    }
+
+    /// Predicted (compute, forward comm, backward comm) of a device whose cost-embedding sum is `sum`.
+    #[must_use]
+    pub fn device_costs(&self, sum: &[f64]) -> [f64; COST_FEATURES] {
+        let mut out = [0.0; COST_FEATURES];
+        for (o, head) in out.iter_mut().zip(&self.cost_heads) {
+            *o = head.forward(sum)[0];
+        }
+        out
+    }
+
+    /// Predicted overall cost of a plan whose devices have cost-embedding sums `sums`.
+    #[must_use]
+    pub fn overall_ms(&self, sums: &[Vec<f64>]) -> f64 {
+        let mut max = vec![f64::NEG_INFINITY; EMBED];
+        for s in sums {
+            for (m, v) in max.iter_mut().zip(s) {
+                *m = m.max(*v);
+            }
+        }
+        if sums.is_empty() {
+            max.fill(0.0);
+        }
+        self.cost_overall.forward(&max)[0]
+    }
+
+    /// The policy's logit for a device with policy-embedding sum `policy_sum` and cost features `costs`.
+    #[must_use]
+    pub fn logit(&self, policy_sum: &[f64], costs: &[f64; COST_FEATURES]) -> f64 {
+        let mut x = policy_sum.to_vec();
+        x.extend(self.policy_cost.forward(costs));
+        self.policy_out.forward(&x)[0]
+    }
+
+    /// Placement order: tables by predicted single-table cost (the three device costs of a device
+    /// holding only that table), largest first; ties by size, then index.
+    #[must_use]
+    pub fn order(&self, task: &Task, emb: &TaskEmbeddings) -> Vec<usize> {
+        let single: Vec<f64> = emb.cost.iter().map(|e| self.device_costs(e).iter().sum()).collect();
+        let mut order: Vec<usize> = (0..task.tables.len()).collect();
+        order.sort_by(|&a, &b| {
+            single[b]
+                .total_cmp(&single[a])
+                .then(task.tables[b].size_bytes().cmp(&task.tables[a].size_bytes()))
+                .then(a.cmp(&b))
+        });
+        order
+    }
+
+    /// Places every table greedily (argmax over legal devices, ties → lowest index); returns each
+    /// table's device.
+    ///
+    /// # Errors
+    /// [`Error::NoFit`] when a table fits on no device.
+    pub fn place(&self, task: &Task) -> Result<Vec<usize>> {
+        Ok(self.rollout(task, argmax_legal)?.device_of)
+    }
+
+    /// Runs the MDP on `task`, `choose` picking a device from the logits of every device and which
+    /// devices are legal (it must return a legal one). Records every step, so a trainer can rebuild
+    /// the log-probabilities of the actions taken.
+    ///
+    /// # Errors
+    /// [`Error::NoFit`] when a table fits on no device; [`Error::InvalidPlan`] when `choose` returns an
+    /// illegal device.
+    pub fn rollout(&self, task: &Task, mut choose: impl FnMut(&[f64], &[bool]) -> usize) -> Result<Rollout> {
+        let d = task.devices.count();
+        let caps = task.devices.mem_cap_bytes();
+        let emb = self.embed(task);
+        let mut cost_sum = vec![vec![0.0; EMBED]; d];
+        let mut policy_sum = vec![vec![0.0; EMBED]; d];
+        let mut used = vec![0u64; d];
+        let mut device_of = vec![0usize; task.tables.len()];
+        let order = self.order(task, &emb);
+        let mut steps = Vec::with_capacity(order.len());
+        for &t in &order {
+            let table = &task.tables[t];
+            let need = table.size_bytes();
+            let legal: Vec<bool> = (0..d).map(|r| used[r] + need <= caps[r]).collect();
+            if !legal.contains(&true) {
+                return Err(Error::NoFit {
+                    table: table.name.clone(),
+                    need_bytes: need,
+                    best_free_bytes: (0..d).map(|r| caps[r].saturating_sub(used[r])).max().unwrap_or(0),
+                });
+            }
+            // Every device as it would be with the table: its cost features and policy sum after the
+            // placement (the action's outcome), so the policy scores what each choice leads to.
+            let with = |sums: &[Vec<f64>], e: &[f64]| -> Vec<Vec<f64>> {
+                sums.iter().map(|s| s.iter().zip(e).map(|(a, b)| a + b).collect()).collect()
+            };
+            let costs: Vec<[f64; COST_FEATURES]> =
+                with(&cost_sum, &emb.cost[t]).iter().map(|s| self.device_costs(s)).collect();
+            let logits: Vec<f64> =
+                with(&policy_sum, &emb.policy[t]).iter().zip(&costs).map(|(p, c)| self.logit(p, c)).collect();
+            let r = choose(&logits, &legal);
+            if !legal.get(r).copied().unwrap_or(false) {
+                return Err(Error::InvalidPlan(format!(
+                    "table `{}` sent to device {r}, where it does not fit",
+                    table.name
+                )));
+            }
+            used[r] += need;
+            for (s, v) in cost_sum[r].iter_mut().zip(&emb.cost[t]) {
+                *s += v;
+            }
+            for (s, v) in policy_sum[r].iter_mut().zip(&emb.policy[t]) {
+                *s += v;
+            }
+            device_of[t] = r;
+            steps.push(Step { table: t, legal, costs, logits, action: r });
+        }
+        let predicted_ms = self.overall_ms(&cost_sum);
+        let slowest_device_ms =
+            cost_sum.iter().map(|s| self.device_costs(s).iter().sum::<f64>()).fold(f64::NEG_INFINITY, f64::max);
+        Ok(Rollout { device_of, steps, predicted_ms, slowest_device_ms })
+    }
+}
+
+/// Index of the largest logit among legal devices (ties → lowest index); 0 when none is legal.
+#[must_use]
+pub fn argmax_legal(logits: &[f64], legal: &[bool]) -> usize {
+    let mut best: Option<usize> = None;
+    for (i, (&v, &ok)) in logits.iter().zip(legal).enumerate() {
+        if ok && best.is_none_or(|b| v > logits[b]) {
+            best = Some(i);
+        }
+    }
+    best.unwrap_or(0)
+}
+
+/// One decision of a rollout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The table placed.
+    pub table: usize,
+    /// Devices it fitted on.
+    pub legal: Vec<bool>,
+    /// Every device's cost features if the table went there.
+    pub costs: Vec<[f64; COST_FEATURES]>,
+    /// Every device's logit.
+    pub logits: Vec<f64>,
+    /// The device chosen.
+    pub action: usize,
+}
+
+/// A finished episode of the MDP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// Each table's device.
+    pub device_of: Vec<usize>,
+    /// The decisions, in placement order.
+    pub steps: Vec<Step>,
+    /// The cost network's overall head on the final plan, ms.
+    pub predicted_ms: f64,
+    /// The slowest device of the final plan by the cost network's per-device heads (the four-phase
+    /// definition on predicted phases), ms.
+    pub slowest_device_ms: f64,
+}
+
+/// The `dreamshard` planner: a trained policy run greedily. Table-wise only (DreamShard never splits).
+#[derive(Default)]
+pub struct DreamShard {
+    nets: OnceLock<DreamShardNets>,
+}
+
+impl DreamShard {
+    /// A planner running `nets` instead of the embedded default policy.
+    #[must_use]
+    pub fn with_nets(nets: DreamShardNets) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(nets);
+        Self { nets: cell }
+    }
+
+    fn nets(&self) -> Result<&DreamShardNets> {
+        if let Some(n) = self.nets.get() {
+            return Ok(n);
+        }
+        let loaded = DreamShardNets::embedded()?;
+        Ok(self.nets.get_or_init(|| loaded))
+    }
+}
+
+impl Planner for DreamShard {
+    fn name(&self) -> &'static str {
+        "dreamshard"
+    }
+
+    fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
+        let device_of = self.nets()?.place(task)?;
+        Plan::unsplit(task, &device_of)
+    }
+}
