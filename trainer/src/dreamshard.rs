@@ -360,6 +360,8 @@ pub struct DreamShardConfig {
     /// Validation tasks (greedy plans judged every iteration): a suite of the same protocol and pool
     /// half, other seeds.
     pub validation: SuiteSpec,
+    /// Test tasks (the other half of the pool), judged once at the end.
+    pub test: SuiteSpec,
     /// The command line, for the card.
     pub command: String,
     /// Print one line per iteration.
@@ -509,6 +511,9 @@ pub fn train_dreamshard(cfg: &DreamShardConfig, judge: &mut dyn Judge) -> Result
     let total_updates = cfg.iterations * cfg.rl_updates;
     let total_cost_steps = cfg.iterations * cfg.cost_steps;
     let mut provisional = card(cfg, &judge.name(), 0, 0, 0.0);
+    // The networks of the iteration with the best validation cost are the ones kept (RL curves are
+    // not monotone; the validation tasks come from the training half of the pool).
+    let mut best: Option<(usize, f64, BTreeMap<String, Vec<u8>>)> = None;
     for it in 0..cfg.iterations {
         // (1) Real evaluations of plans sampled from the current policy.
         let nets = to_planner(&cost, &policy, &provisional)?;
@@ -567,6 +572,9 @@ pub fn train_dreamshard(cfg: &DreamShardConfig, judge: &mut dyn Judge) -> Result
         }
         let nets = to_planner(&cost, &policy, &provisional)?;
         let (validation_ms, cost_net_error_pct) = judge_greedy(&nets, &validation, judge)?;
+        if best.as_ref().is_none_or(|b: &(usize, f64, BTreeMap<String, Vec<u8>>)| validation_ms < b.1) {
+            best = Some((it + 1, validation_ms, export_graphs(&cost, &policy)?));
+        }
         let point = CurvePoint {
             iteration: it + 1,
             real_evaluations: buffer.len(),
@@ -593,15 +601,32 @@ pub fn train_dreamshard(cfg: &DreamShardConfig, judge: &mut dyn Judge) -> Result
     }
     let mut final_card = card(cfg, &judge.name(), buffer.len(), episodes, start.elapsed().as_secs_f64());
     if let Some(last) = curve.last() {
-        final_card.training.metrics.insert("validation_greedy_ms".into(), last.validation_ms);
+        final_card.training.metrics.insert("last_validation_greedy_ms".into(), last.validation_ms);
         final_card.training.metrics.insert("validation_best_heuristic_ms".into(), best_baseline.1);
         final_card.training.metrics.insert("cost_net_validation_error_pct".into(), last.cost_net_error_pct);
         final_card.training.metrics.insert("cost_net_buffer_mse".into(), last.cost_mse);
     }
-    let nets = to_planner(&cost, &policy, &final_card)?;
-    let graphs = export_graphs(&cost, &policy)?;
     // Keep the candle forward pass and the exported graphs in step: checked on the validation tasks.
-    check_export(&cost, &policy, &nets, &validation)?;
+    check_export(&cost, &policy, &to_planner(&cost, &policy, &final_card)?, &validation)?;
+    let (best_iteration, best_ms, graphs) = best.context("no iteration ran")?;
+    final_card.training.metrics.insert("kept_iteration".into(), best_iteration as f64);
+    final_card.training.metrics.insert("kept_validation_greedy_ms".into(), best_ms);
+    let json = serde_json::to_string(&final_card)?;
+    let loaded = LoadedPolicy::from_card(&json, PolicyAlgorithm::DreamShard, |f| graphs.get(f).map(Vec::as_slice))?;
+    let nets = DreamShardNets::from_policy(&loaded)?;
+    // Unseen tables: the same test suite for every seed, so runs can be compared.
+    let test: Vec<Task> = cfg.test.tasks()?.into_iter().map(|s| s.task).collect();
+    let (test_ms, _) = judge_greedy(&nets, &test, judge)?;
+    let (heuristic, heuristic_ms) = best_heuristic(&test, judge)?;
+    if cfg.verbose {
+        eprintln!(
+            "test (unseen tables, {} tasks): policy {test_ms:.3} ms, best heuristic `{heuristic}` {heuristic_ms:.3} ms",
+            test.len()
+        );
+    }
+
+    final_card.training.metrics.insert("test_greedy_ms".into(), test_ms);
+    final_card.training.metrics.insert("test_best_heuristic_ms".into(), heuristic_ms);
     Ok(Trained { nets, graphs, card: final_card, curve })
 }
 
@@ -675,6 +700,7 @@ mod tests {
             entropy: 1e-3,
             suite: suite(usize::MAX, seed),
             validation: suite(3, seed + 100),
+            test: SuiteSpec { pool_half: Some(PoolHalf::Test), ..suite(2, 77) },
             command: "test".into(),
             verbose: false,
         }

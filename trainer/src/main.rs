@@ -109,6 +109,9 @@ struct DreamShardArgs {
     /// Validation tasks (train half of the pool, other seeds), judged every iteration.
     #[arg(long, default_value_t = 20)]
     validation_tasks: usize,
+    /// Test tasks (the other half of the pool; the same for every seed), judged at the end.
+    #[arg(long, default_value_t = 50)]
+    test_tasks: usize,
     /// What evaluates plans for real: `model:<cost model>` (an embedded profile or `analytical`) or
     /// `collector:<path to shardplan-collect>`.
     #[arg(long, default_value = "model:h100")]
@@ -196,6 +199,7 @@ fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
             entropy: a.entropy,
             suite: suite(usize::MAX, a.seed),
             validation: suite(a.validation_tasks.max(1), a.seed ^ 0x0076_a11d),
+            test: SuiteSpec { pool_half: Some(PoolHalf::Test), ..suite(a.test_tasks.max(1), 0x7e57) },
             command: std::env::args().collect::<Vec<_>>().join(" "),
             verbose: !a.quiet,
         };
