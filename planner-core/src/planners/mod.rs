@@ -1,6 +1,7 @@
 //! The [`Planner`] trait and the one registry of planners by name (the CLI, the browser binding
 //! and the benchmarks all read [`REGISTRY`]).
 
+pub mod autoshard;
 pub mod baselines;
 pub mod neuroshard;
 pub mod refine;
