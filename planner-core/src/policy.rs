@@ -115,7 +115,8 @@ impl LoadedPolicy {
         }
         let mut files = BTreeMap::new();
         for (role, name) in &card.graphs {
-            let bytes = file(name).ok_or_else(|| mismatch(&format!("graph `{role}`"), name.clone(), "no such file".into()))?;
+            let bytes =
+                file(name).ok_or_else(|| mismatch(&format!("graph `{role}`"), name.clone(), "no such file".into()))?;
             files.insert(role.clone(), bytes.to_vec());
         }
         Ok(Self { card, files })
@@ -186,5 +187,23 @@ pub fn embedded(algorithm: PolicyAlgorithm) -> Option<&'static EmbeddedPolicy> {
     EMBEDDED_POLICIES.iter().find(|p| p.algorithm == algorithm)
 }
 
+macro_rules! policy_file {
+    ($dir:literal, $file:literal) => {
+        ($file, include_bytes!(concat!("../policies/", $dir, "/", $file)).as_slice())
+    };
+}
+
 /// Every embedded policy (at most one per algorithm: the default the planner of that name runs).
-pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[];
+/// Each is the directory the trainer wrote, copied under `planner-core/policies/<name>/`.
+pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[EmbeddedPolicy {
+    name: "autoshard",
+    algorithm: PolicyAlgorithm::AutoShard,
+    card_json: include_str!("../policies/autoshard/policy.json"),
+    files: &[
+        policy_file!("autoshard", "lstm_0.onnx"),
+        policy_file!("autoshard", "lstm_1.onnx"),
+        policy_file!("autoshard", "latent.onnx"),
+        policy_file!("autoshard", "logit.onnx"),
+        policy_file!("autoshard", "value.onnx"),
+    ],
+}];

@@ -226,6 +226,12 @@ pub const REGISTRY: &[PlannerEntry] = &[
         make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
     },
     PlannerEntry {
+        name: "autoshard",
+        summary: "AutoShard: an LSTM policy trained by actor-critic (V-trace) places tables one by one, greedily",
+        is_seed_baseline: false,
+        make: || Box::new(autoshard::AutoShard::default()),
+    },
+    PlannerEntry {
         name: "size-lookup+refine",
         summary: "the size-lookup greedy baseline, then local search (move, swap, merge, split)",
         is_seed_baseline: false,
