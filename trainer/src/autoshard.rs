@@ -5,7 +5,7 @@
 //! How it differs from IMPALA's distributed setup: one process; the "actors" are a batch of episodes
 //! rolled out each update with a *behaviour policy* that is the learner's parameters from one update
 //! earlier (so V-trace corrects a fixed lag of one update, where IMPALA's asynchronous actors lag by a
-//! varying amount); the unroll is the whole episode; Adam instead of RMSProp. The LSTM cell is written
+//! varying amount); the unroll is the whole episode; Adam instead of `RMSProp`. The LSTM cell is written
 //! here on candle tensors (no candle-nn); rollouts run the *exported* graphs through planner-core, so
 //! every update also exercises the planner's evaluator.
 
@@ -55,9 +55,9 @@ const VALIDATION_SEED_XOR: u64 = 0xa5a5_0002;
 
 /// V-trace targets of one trajectory (Espeholt et al. 2018, eq. 1 and the policy-gradient advantage).
 ///
-/// `values[s]` = V(x_s), `rewards[s]` = r_s, `ratios[s]` = π(a_s|x_s)/μ(a_s|x_s), `bootstrap` = V(x_T).
-/// Returns `(v_s, ρ_s (r_s + γ v_{s+1} − V(x_s)))` for every step, with ρ_s = min(ρ̄, ratio),
-/// c_s = min(c̄, ratio), computed backwards: `v_s = V(x_s) + δ_s + γ c_s (v_{s+1} − V(x_{s+1}))`.
+/// `values[s]` = `V(x_s)`, `rewards[s]` = `r_s`, `ratios[s]` = `π(a_s|x_s) / μ(a_s|x_s)`, `bootstrap` =
+/// `V(x_T)`. Returns `(v_s, ρ_s (r_s + γ v_{s+1} − V(x_s)))` for every step, with `ρ_s = min(ρ̄, ratio)`,
+/// `c_s = min(c̄, ratio)`, computed backwards: `v_s = V(x_s) + δ_s + γ c_s (v_{s+1} − V(x_{s+1}))`.
 #[must_use]
 pub fn vtrace(
     values: &[f64],
@@ -112,6 +112,7 @@ impl LstmLayer {
     }
 
     /// One step on `[N, in]`, `[N, hidden]`, `[N, hidden]` → `(h', c')`.
+    #[allow(clippy::many_single_char_names)] // x, h, c and the gates i, f, g, o, as in the LSTM equations
     pub fn step(&self, x: &Tensor, h: &Tensor, c: &Tensor) -> Result<(Tensor, Tensor)> {
         let z = (x.matmul(self.w.as_tensor())? + h.matmul(self.r.as_tensor())?)?.broadcast_add(self.b.as_tensor())?;
         let i = sigmoid(&z.narrow(1, 0, HIDDEN)?)?;
@@ -194,6 +195,7 @@ impl PolicyNet {
 
     /// The states of a batch of step-input sequences `[B, T, 22]` → `[B, T, 64]` (sequences shorter
     /// than `T` are padded at the end, which leaves their earlier states unchanged).
+    #[allow(clippy::many_single_char_names)] // x, b, t, h, c: input, batch, time, hidden and cell state
     pub fn states(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let zeros = Tensor::zeros((b, HIDDEN), DType::F32, &Device::Cpu)?;
@@ -354,6 +356,7 @@ pub fn rollout(
 
 /// The greedy device of every table of `task` under the learner's candle network (its own forward,
 /// independent of the exported graphs).
+#[allow(clippy::many_single_char_names)] // t, x, d, a, s: steps, inputs, devices, actions, state
 pub fn greedy_candle(net: &PolicyNet, task: &Task, model: &dyn CostModel) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
     let mut ep = Episode::new(task, model)?;
     let inputs = ep.step_inputs();

@@ -132,14 +132,11 @@ fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
 /// Parses `--tables`: `N` or `lo..hi` (hi excluded), 1 <= lo < hi.
 fn parse_tables(text: &str) -> Result<(usize, usize), String> {
     let bad = || format!("`--tables` = {text} is invalid: a count N >= 1 or a range lo..hi with 1 <= lo < hi");
-    let range = match text.split_once("..") {
-        Some((lo, hi)) => {
-            (lo.trim().parse::<usize>().map_err(|_| bad())?, hi.trim().parse::<usize>().map_err(|_| bad())?)
-        }
-        None => {
-            let n = text.trim().parse::<usize>().map_err(|_| bad())?;
-            (n, n.saturating_add(1))
-        }
+    let range = if let Some((lo, hi)) = text.split_once("..") {
+        (lo.trim().parse::<usize>().map_err(|_| bad())?, hi.trim().parse::<usize>().map_err(|_| bad())?)
+    } else {
+        let n = text.trim().parse::<usize>().map_err(|_| bad())?;
+        (n, n.saturating_add(1))
     };
     if range.0 == 0 || range.1 <= range.0 {
         return Err(bad());

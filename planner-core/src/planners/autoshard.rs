@@ -142,6 +142,7 @@ impl LstmCell {
 
     /// One step: `(h', c')` from input `x` and the previous `h`, `c`.
     #[must_use]
+    #[allow(clippy::many_single_char_names)] // x, h, c and the gates i, f, g, o, as in the LSTM equations
     pub fn step(&self, x: &[f64], h: &[f64], c: &[f64]) -> (Vec<f64>, Vec<f64>) {
         let mut pre = [[0.0f64; HIDDEN]; 4];
         for (k, p) in pre.iter_mut().enumerate() {
@@ -287,29 +288,26 @@ impl<'a> Episode<'a> {
         let n = task.tables.len();
         let d = task.devices.count();
         let whole: Vec<PieceRef<'_>> = task.tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
-        let (vectors, single): (Vec<Vec<i64>>, Vec<f64>) = match model.incremental() {
-            Some(inc) => {
-                let len = inc.vector_len();
-                let flat = inc.piece_vectors(&whole)?;
-                let name = model.name();
-                let vectors = flat
-                    .chunks_exact(len.max(1))
-                    .map(|c| c.iter().map(|&v| crate::cost::incremental::to_fixed(&name, v)).collect())
-                    .collect::<Result<Vec<Vec<i64>>>>()?;
-                let single = vectors.iter().map(|v| inc.head_ms(v).max(0.0)).collect();
-                (vectors, single)
-            }
-            None => {
-                let sets: Vec<&[PieceRef<'_>]> = whole.chunks(1).collect();
-                (Vec::new(), model.compute_many_ms(&sets)?)
-            }
+        let (vectors, single): (Vec<Vec<i64>>, Vec<f64>) = if let Some(inc) = model.incremental() {
+            let len = inc.vector_len();
+            let flat = inc.piece_vectors(&whole)?;
+            let name = model.name();
+            let vectors = flat
+                .chunks_exact(len.max(1))
+                .map(|c| c.iter().map(|&v| crate::cost::incremental::to_fixed(&name, v)).collect())
+                .collect::<Result<Vec<Vec<i64>>>>()?;
+            let single = vectors.iter().map(|v| inc.head_ms(v).max(0.0)).collect();
+            (vectors, single)
+        } else {
+            let sets: Vec<&[PieceRef<'_>]> = whole.chunks(1).collect();
+            (Vec::new(), model.compute_many_ms(&sets)?)
         };
         let sizes: Vec<u64> = task.tables.iter().map(crate::table::TableSpec::size_bytes).collect();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by(|&a, &b| single[b].total_cmp(&single[a]).then(sizes[b].cmp(&sizes[a])).then(a.cmp(&b)));
         let pairs: Vec<(&crate::table::TableSpec, u32)> = task.tables.iter().map(|t| (t, t.dim)).collect();
         let features = dreamshard_task_features(&pairs);
-        let width = model.incremental().map_or(0, |i| i.vector_len());
+        let width = model.incremental().map_or(0, crate::cost::IncrementalCompute::vector_len);
         Ok(Self {
             task,
             model,
@@ -451,18 +449,15 @@ impl<'a> Episode<'a> {
         self.assignment[t] = device;
         self.device_tables[device].push(t);
         self.device_bytes[device] += self.sizes[t];
-        self.device_compute_ms[device] = match self.model.incremental() {
-            Some(inc) => {
-                crate::cost::incremental::add_into(&mut self.device_sums[device], &self.vectors[t]);
-                inc.head_ms(&self.device_sums[device]).max(0.0)
-            }
-            None => {
-                let set: Vec<PieceRef<'_>> = self.device_tables[device]
-                    .iter()
-                    .map(|&i| PieceRef::whole(&self.task.tables[i], self.task.tables[i].dim))
-                    .collect();
-                self.model.compute_ms(&set)?
-            }
+        self.device_compute_ms[device] = if let Some(inc) = self.model.incremental() {
+            crate::cost::incremental::add_into(&mut self.device_sums[device], &self.vectors[t]);
+            inc.head_ms(&self.device_sums[device]).max(0.0)
+        } else {
+            let set: Vec<PieceRef<'_>> = self.device_tables[device]
+                .iter()
+                .map(|&i| PieceRef::whole(&self.task.tables[i], self.task.tables[i].dim))
+                .collect();
+            self.model.compute_ms(&set)?
         };
         self.step += 1;
         Ok(())
@@ -559,17 +554,16 @@ impl AutoShard {
         if let Some(l) = self.loaded.get() {
             return Ok(l);
         }
-        let loaded = match &self.policy {
-            Some(p) => Self::load(p)?,
-            None => {
-                let e = embedded(PolicyAlgorithm::AutoShard).ok_or_else(|| Error::ModelSchemaMismatch {
-                    model: "autoshard".into(),
-                    what: "embedded policy".into(),
-                    expected: "a compiled-in AutoShard policy".into(),
-                    found: "none".into(),
-                })?;
-                Self::load(&e.load()?)?
-            }
+        let loaded = if let Some(p) = &self.policy {
+            Self::load(p)?
+        } else {
+            let e = embedded(PolicyAlgorithm::AutoShard).ok_or_else(|| Error::ModelSchemaMismatch {
+                model: "autoshard".into(),
+                what: "embedded policy".into(),
+                expected: "a compiled-in AutoShard policy".into(),
+                found: "none".into(),
+            })?;
+            Self::load(&e.load()?)?
         };
         Ok(self.loaded.get_or_init(|| loaded))
     }
