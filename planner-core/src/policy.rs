@@ -194,18 +194,33 @@ macro_rules! policy_file {
 }
 
 /// Every embedded policy (at most one per algorithm: the default the planner of that name runs).
-pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[EmbeddedPolicy {
-    name: "dreamshard",
-    algorithm: PolicyAlgorithm::DreamShard,
-    card_json: include_str!("../policies/dreamshard/policy.json"),
-    files: &[
-        policy_file!("dreamshard", "cost_table.onnx"),
-        policy_file!("dreamshard", "cost_compute.onnx"),
-        policy_file!("dreamshard", "cost_fw_comm.onnx"),
-        policy_file!("dreamshard", "cost_bw_comm.onnx"),
-        policy_file!("dreamshard", "cost_overall.onnx"),
-        policy_file!("dreamshard", "policy_table.onnx"),
-        policy_file!("dreamshard", "policy_cost.onnx"),
-        policy_file!("dreamshard", "policy_out.onnx"),
-    ],
-}];
+/// Each is the directory the trainer wrote, copied under `planner-core/policies/<name>/`.
+pub const EMBEDDED_POLICIES: &[EmbeddedPolicy] = &[
+    EmbeddedPolicy {
+        name: "dreamshard",
+        algorithm: PolicyAlgorithm::DreamShard,
+        card_json: include_str!("../policies/dreamshard/policy.json"),
+        files: &[
+            policy_file!("dreamshard", "cost_table.onnx"),
+            policy_file!("dreamshard", "cost_compute.onnx"),
+            policy_file!("dreamshard", "cost_fw_comm.onnx"),
+            policy_file!("dreamshard", "cost_bw_comm.onnx"),
+            policy_file!("dreamshard", "cost_overall.onnx"),
+            policy_file!("dreamshard", "policy_table.onnx"),
+            policy_file!("dreamshard", "policy_cost.onnx"),
+            policy_file!("dreamshard", "policy_out.onnx"),
+        ],
+    },
+    EmbeddedPolicy {
+        name: "autoshard",
+        algorithm: PolicyAlgorithm::AutoShard,
+        card_json: include_str!("../policies/autoshard/policy.json"),
+        files: &[
+            policy_file!("autoshard", "lstm_0.onnx"),
+            policy_file!("autoshard", "lstm_1.onnx"),
+            policy_file!("autoshard", "latent.onnx"),
+            policy_file!("autoshard", "logit.onnx"),
+            policy_file!("autoshard", "value.onnx"),
+        ],
+    },
+];

@@ -1,7 +1,8 @@
 //! ONNX export (opset 17, IR version 8) built from tract's protobuf types, so the files run in tract,
 //! onnxruntime and PyTorch alike. Graphs: an MLP (`Gemm` with `transB = 1` + `Relu`), used for the
 //! compute encoder, the compute head and the comm models; and the end-to-end compute graph
-//! (`features` `[B, T, 20]`, `mask` `[B, T]` → `cost_ms` `[B, 1]`).
+//! (`features` `[B, T, 20]`, `mask` `[B, T]` → `cost_ms` `[B, 1]`); and one LSTM cell step (the
+//! AutoShard policy's recurrent layers).
 
 use prost::Message;
 use tract_onnx::pb::{
@@ -164,5 +165,57 @@ pub fn compute_end_to_end(encoder: &Layers, head: &Layers, doc: &str) -> Vec<u8>
     let last = mlp_nodes(&mut g, "head", "set_sum", head);
     g.node.push(node("Identity", &[&last], "cost_ms", vec![]));
     g.output.push(value_info("cost_ms", &[Dim::Sym("B"), Dim::Fixed(1)]));
+    model(g, doc)
+}
+
+/// The weights of one LSTM cell with its gates pre-split (order: input, forget, cell, output):
+/// `w[k]` `[in, hidden]`, `r[k]` `[hidden, hidden]` (row-major, multiplied from the right), `b[k]` `[hidden]`.
+pub struct LstmCellWeights {
+    /// Input width.
+    pub inputs: usize,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Input weights per gate.
+    pub w: [Vec<f32>; 4],
+    /// Recurrent weights per gate.
+    pub r: [Vec<f32>; 4],
+    /// Bias per gate (input and recurrent biases folded into one).
+    pub b: [Vec<f32>; 4],
+}
+
+/// One LSTM cell step as a graph: `x` `[N, in]`, `h` `[N, hidden]`, `c` `[N, hidden]` → `h_out`,
+/// `c_out` (`MatMul`, `Add`, `Sigmoid`, `Tanh`, `Mul`; initializers `W_k`, `R_k`, `B_k` per gate `k`).
+#[must_use]
+pub fn lstm_cell_graph(name: &str, cell: &LstmCellWeights, doc: &str) -> Vec<u8> {
+    let (inp, hid) = (cell.inputs, cell.hidden);
+    let mut g = GraphProto { name: name.into(), ..Default::default() };
+    g.input.push(value_info("x", &[Dim::Sym("N"), Dim::Fixed(inp)]));
+    g.input.push(value_info("h", &[Dim::Sym("N"), Dim::Fixed(hid)]));
+    g.input.push(value_info("c", &[Dim::Sym("N"), Dim::Fixed(hid)]));
+    for (k, gate) in ["i", "f", "g", "o"].iter().enumerate() {
+        let (wn, rn, bn) = (format!("W_{gate}"), format!("R_{gate}"), format!("B_{gate}"));
+        g.initializer.push(f32_tensor(&wn, &[inp, hid], cell.w[k].clone()));
+        g.initializer.push(f32_tensor(&rn, &[hid, hid], cell.r[k].clone()));
+        g.initializer.push(f32_tensor(&bn, &[hid], cell.b[k].clone()));
+        let (xw, hr, s, z, a) = (
+            format!("{gate}.xw"),
+            format!("{gate}.hr"),
+            format!("{gate}.sum"),
+            format!("{gate}.pre"),
+            format!("gate_{gate}"),
+        );
+        g.node.push(node("MatMul", &["x", &wn], &xw, vec![]));
+        g.node.push(node("MatMul", &["h", &rn], &hr, vec![]));
+        g.node.push(node("Add", &[&xw, &hr], &s, vec![]));
+        g.node.push(node("Add", &[&s, &bn], &z, vec![]));
+        g.node.push(node(if *gate == "g" { "Tanh" } else { "Sigmoid" }, &[&z], &a, vec![]));
+    }
+    g.node.push(node("Mul", &["gate_f", "c"], "c_keep", vec![]));
+    g.node.push(node("Mul", &["gate_i", "gate_g"], "c_write", vec![]));
+    g.node.push(node("Add", &["c_keep", "c_write"], "c_out", vec![]));
+    g.node.push(node("Tanh", &["c_out"], "c_out_tanh", vec![]));
+    g.node.push(node("Mul", &["gate_o", "c_out_tanh"], "h_out", vec![]));
+    g.output.push(value_info("h_out", &[Dim::Sym("N"), Dim::Fixed(hid)]));
+    g.output.push(value_info("c_out", &[Dim::Sym("N"), Dim::Fixed(hid)]));
     model(g, doc)
 }

@@ -12,6 +12,7 @@
 //! the ONNX graphs reproduce its own predictions.
 
 pub mod adam;
+pub mod autoshard;
 pub mod bench;
 pub mod data;
 pub mod dreamshard;

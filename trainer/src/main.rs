@@ -1,5 +1,6 @@
 //! `shardplan-train`: trains a cost profile (compute model and comm models) from collector datasets,
-//! exports ONNX graphs and a model card, and checks the result loads in planner-core.
+//! exports ONNX graphs and a model card, and checks the result loads in planner-core; and trains the
+//! AutoShard placement policy (`autoshard`), checking the planner reproduces it.
 //! See the `trainer` library docs for the design.
 
 use std::path::PathBuf;
@@ -49,6 +50,34 @@ enum Command {
         #[arg(long)]
         resume: bool,
         /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Train the AutoShard placement policy (LSTM actor-critic with V-trace targets) on the h100
+    /// compute model and write it (policy.json + ONNX graphs + curve.csv) to --out.
+    Autoshard {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seed of initialisation, tasks and sampling.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Learner updates.
+        #[arg(long, default_value_t = 500)]
+        updates: usize,
+        /// Episodes rolled out per update.
+        #[arg(long, default_value_t = 8)]
+        actors: usize,
+        /// Tables per training task: a count (`80`) or a range `lo..hi` (hi excluded).
+        #[arg(long, default_value = "80")]
+        tables: String,
+        /// Adam learning rate at the start (annealed linearly to 0 over the updates).
+        #[arg(long, default_value_t = 3e-4)]
+        lr: f64,
+        /// Score the greedy policy on the validation tasks every this many updates.
+        #[arg(long, default_value_t = 10)]
+        eval_every: usize,
+        /// No progress lines.
         #[arg(long)]
         quiet: bool,
     },
@@ -127,21 +156,11 @@ struct DreamShardArgs {
     quiet: bool,
 }
 
-fn parse_range(field: &str, s: &str) -> Result<(usize, usize), String> {
-    let bad = || format!("`{field}` = {s:?} is invalid: a range MIN..MAX with 1 <= MIN < MAX");
-    let (a, b) = s.split_once("..").ok_or_else(bad)?;
-    let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
-    if a == 0 || b <= a {
-        return Err(bad());
-    }
-    Ok((a, b))
-}
-
 fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
     use planner_core::task::{PoolHalf, Protocol, SuiteSpec};
     use trainer::dreamshard::{CollectorJudge, DreamShardConfig, Judge, ModelJudge, train_dreamshard, write};
     let run = || -> anyhow::Result<()> {
-        let tables = parse_range("--tables", &a.tables).map_err(anyhow::Error::msg)?;
+        let tables = parse_tables(&a.tables).map_err(anyhow::Error::msg)?;
         for (field, v) in [("--iterations", a.iterations), ("--evals", a.evals), ("--cost-batch", a.cost_batch)] {
             if v == 0 {
                 anyhow::bail!("`{field}` = 0 is invalid: at least 1");
@@ -260,6 +279,80 @@ fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
     }
 }
 
+/// Parses `--tables`: `N` or `lo..hi` (hi excluded), 1 <= lo < hi.
+fn parse_tables(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`--tables` = {text} is invalid: a count N >= 1 or a range lo..hi with 1 <= lo < hi");
+    let range = if let Some((lo, hi)) = text.split_once("..") {
+        (lo.trim().parse::<usize>().map_err(|_| bad())?, hi.trim().parse::<usize>().map_err(|_| bad())?)
+    } else {
+        let n = text.trim().parse::<usize>().map_err(|_| bad())?;
+        (n, n.saturating_add(1))
+    };
+    if range.0 == 0 || range.1 <= range.0 {
+        return Err(bad());
+    }
+    Ok(range)
+}
+
+#[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)] // the subcommand's fields, as parsed
+fn autoshard(
+    out: PathBuf,
+    seed: u64,
+    updates: usize,
+    actors: usize,
+    tables: &str,
+    lr: f64,
+    eval_every: usize,
+    quiet: bool,
+) -> ExitCode {
+    let fail = |msg: String| {
+        eprintln!("error: {msg}");
+        ExitCode::FAILURE
+    };
+    for (field, value) in [("--updates", updates), ("--actors", actors), ("--eval-every", eval_every)] {
+        if value == 0 {
+            return fail(format!("`{field}` = 0 is invalid: at least 1"));
+        }
+    }
+    if !(lr.is_finite() && lr > 0.0) {
+        return fail(format!("`--lr` = {lr} is invalid: a positive number"));
+    }
+    let tables = match parse_tables(tables) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let opts = trainer::autoshard::AutoShardOptions {
+        out,
+        seed,
+        updates,
+        actors,
+        tables,
+        lr,
+        eval_every,
+        progress: !quiet,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    match trainer::autoshard::train_autoshard(&opts) {
+        Ok(o) => {
+            println!("policy `{}` written to {}", o.card.name, opts.out.display());
+            println!(
+                "updates {}, episodes {}, wall {:.1} s ({:.3} s per update)",
+                o.card.training.iterations, o.card.training.episodes, o.card.training.wall_s, o.seconds_per_update
+            );
+            println!(
+                "greedy validation reward (mean min/max compute): last update {:.4}, exported (update {}) {:.4}",
+                o.final_validation_reward, o.best_update, o.best_validation_reward
+            );
+            for (k, v) in &o.card.training.metrics {
+                println!("  {k}: {v:.4}");
+            }
+            println!("planner reload: greedy plan identical, max |candle - exported| logit = {:.2e}", o.max_logit_diff);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet) = match cli.command {
@@ -268,6 +361,9 @@ fn main() -> ExitCode {
         }
         Command::Bench { profile, sets } => return bench(&profile, sets),
         Command::Dreamshard(args) => return dreamshard_cmd(&args),
+        Command::Autoshard { out, seed, updates, actors, tables, lr, eval_every, quiet } => {
+            return autoshard(out, seed, updates, actors, &tables, lr, eval_every, quiet);
+        }
     };
     let bad = |field: &str, value: String, allowed: &str| {
         eprintln!("error: `{field}` = {value} is invalid: {allowed}");

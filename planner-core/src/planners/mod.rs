@@ -1,6 +1,7 @@
 //! The [`Planner`] trait and the one registry of planners by name (the CLI, the browser binding
 //! and the benchmarks all read [`REGISTRY`]).
 
+pub mod autoshard;
 pub mod baselines;
 pub mod dreamshard;
 pub mod neuroshard;
@@ -224,6 +225,12 @@ pub const REGISTRY: &[PlannerEntry] = &[
         summary: "neuroshard, then local search (move, swap, merge, split) under the cost model",
         is_seed_baseline: false,
         make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
+    },
+    PlannerEntry {
+        name: "autoshard",
+        summary: "AutoShard: an LSTM policy trained by actor-critic (V-trace) places tables one by one, greedily",
+        is_seed_baseline: false,
+        make: || Box::new(autoshard::AutoShard::default()),
     },
     PlannerEntry {
         name: "size-lookup+refine",

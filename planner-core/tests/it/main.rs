@@ -10,6 +10,7 @@ use planner_core::task::{Devices, SuiteSpec, Task};
 use planner_core::{Error, Plan};
 use proptest::prelude::*;
 
+mod autoshard;
 mod dreamshard;
 mod neuroshard;
 mod torchrec_golden;
