@@ -39,6 +39,9 @@ impl Adam {
         let c2 = 1.0 - B2.powi(t);
         for (i, var) in vars.iter().enumerate() {
             let Some(g) = grads.get(var.as_tensor()) else { continue };
+            // A gradient computed from tracked tensors tracks ops itself: detached, the moments do not
+            // keep every earlier step's graph alive.
+            let g = &g.detach();
             self.m[i] = ((&self.m[i] * B1)? + (g * (1.0 - B1))?)?;
             self.v[i] = ((&self.v[i] * B2)? + (g.sqr()? * (1.0 - B2))?)?;
             let m_hat = (&self.m[i] / c1)?;

@@ -50,7 +50,7 @@ pub const ENTROPY_COST: f64 = 0.001;
 pub const MAX_GRAD_NORM: f64 = 40.0;
 /// Validation tasks scored greedily.
 pub const VALIDATION_TASKS: usize = 8;
-/// Seed offset of the validation suite (drawn from the test half of the pool).
+/// Seed offset of the validation suite (other tasks from the training half of the pool).
 const VALIDATION_SEED_XOR: u64 = 0xa5a5_0002;
 
 /// V-trace targets of one trajectory (Espeholt et al. 2018, eq. 1 and the policy-gradient advantage).
@@ -442,8 +442,10 @@ fn suites(opts: &AutoShardOptions) -> (SuiteSpec, SuiteSpec) {
         count: (opts.updates * opts.actors).max(1),
         seed: opts.seed,
     };
+    // Validation (checkpoint selection) draws other tasks from the training half, so the test half
+    // stays unseen for the benchmark.
     let val = SuiteSpec {
-        pool_half: Some(PoolHalf::Test),
+        pool_half: Some(PoolHalf::Train),
         count: VALIDATION_TASKS,
         seed: opts.seed ^ VALIDATION_SEED_XOR,
         ..base.clone()
@@ -528,14 +530,6 @@ fn learner_step(net: &PolicyNet, adam: &mut Adam, batch: &[Rollout]) -> Result<U
     let loss = ((&pg + (&value * BASELINE_COST)?)? - (&ent * ENTROPY_COST)?)?;
     let vars = net.vars();
     let mut grads = loss.backward()?;
-    // Gradients computed from tracked tensors track ops themselves: detached, Adam's moments do not
-    // keep every earlier update's graph alive.
-    for v in &vars {
-        if let Some(g) = grads.get(v.as_tensor()) {
-            let g = g.detach();
-            grads.insert(v.as_tensor(), g);
-        }
-    }
     let grad_norm = clip_grad_norm(&vars, &mut grads, MAX_GRAD_NORM)?;
     adam.step(&vars, &grads)?;
     let f = |t: &Tensor| -> Result<f64> { Ok(f64::from(t.to_scalar::<f32>()?)) };
