@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use candle_core::{DType, Device, Tensor, Var};
 use planner_core::cost::{CostDefinition, CostModel};
 use planner_core::features::{DREAMSHARD_LEN, FeatureSchema, dreamshard_task_features};
-use planner_core::planners::dreamshard::{COST_FEATURES, DreamShardNets, EMBED, ROLES, Rollout, argmax_legal};
+use planner_core::planners::dreamshard::{COST_FEATURES, DreamShardNets, EMBED, ROLES, Rollout, greedy_choice};
 use planner_core::policy::{LoadedPolicy, POLICY_CARD_SCHEMA, PolicyAlgorithm, PolicyCard, PolicyTraining};
 use planner_core::task::SuiteSpec;
 use planner_core::{ElementType, Plan, PlanDocument, PlanReport, Task, evaluate};
@@ -427,7 +427,7 @@ pub fn best_heuristic(tasks: &[Task], judge: &mut dyn Judge) -> Result<(String, 
 pub fn judge_greedy(nets: &DreamShardNets, tasks: &[Task], judge: &mut dyn Judge) -> Result<(f64, f64)> {
     let (mut cost, mut err) = (0.0, 0.0);
     for task in tasks {
-        let r = nets.rollout(task, argmax_legal)?;
+        let r = nets.rollout(task, greedy_choice)?;
         let plan = Plan::unsplit(task, &r.device_of)?;
         let j = judge.judge(task, &plan)?;
         cost += j.overall_ms;
@@ -635,7 +635,7 @@ pub fn train_dreamshard(cfg: &DreamShardConfig, judge: &mut dyn Judge) -> Result
 pub fn export_gap(cost: &CostNet, policy: &PolicyNet, nets: &DreamShardNets, tasks: &[Task]) -> Result<f64> {
     let mut worst = 0.0f64;
     for task in tasks {
-        let r = nets.rollout(task, argmax_legal)?;
+        let r = nets.rollout(task, greedy_choice)?;
         let feats = task_features(task);
         let d = task.devices.count();
         let (logits, _) = step_logits(policy, &feats, &r)?;

@@ -82,17 +82,7 @@ pub fn sample_categorical(p: &[f32], rng: &mut ChaCha8Rng) -> usize {
     last
 }
 
-/// Index of the largest value among `legal` ones (ties → lowest index); `None` when none is legal.
-#[must_use]
-pub fn argmax_legal(values: &[f32], legal: &[bool]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for (i, (&v, &ok)) in values.iter().zip(legal).enumerate() {
-        if ok && best.is_none_or(|b| v > values[b]) {
-            best = Some(i);
-        }
-    }
-    best
-}
+pub use planner_core::planners::argmax_legal;
 
 /// Writes `card` as `policy.json` and every graph of `graphs` (file name → bytes) into `dir`, then
 /// loads the directory back through planner-core (so a card that names a missing graph fails here).

@@ -54,7 +54,8 @@ fn unsupported(what: impl Into<String>) -> String {
     what.into()
 }
 
-fn tensor_f64(t: &TensorProto) -> Result<Vec<f64>, String> {
+/// The values of a float initializer (`float_data` or little-endian `raw_data`), checked against its dims.
+pub(crate) fn tensor_f64(t: &TensorProto) -> Result<Vec<f64>, String> {
     // ONNX `FLOAT` is data type 1.
     if t.data_type != 1 {
         return Err(unsupported(format!("initializer `{}` has data type {}, not float", t.name, t.data_type)));

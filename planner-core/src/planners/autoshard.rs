@@ -89,18 +89,6 @@ pub struct LstmCell {
     b: [Vec<f64>; 4],
 }
 
-fn tensor_values(t: &TensorProto) -> std::result::Result<Vec<f64>, String> {
-    if t.data_type != 1 {
-        return Err(format!("initializer `{}` has data type {}, not float", t.name, t.data_type));
-    }
-    let values: Vec<f64> = if t.float_data.is_empty() {
-        t.raw_data.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
-    } else {
-        t.float_data.iter().map(|&v| f64::from(v)).collect()
-    };
-    Ok(values)
-}
-
 impl LstmCell {
     /// Reads the cell from ONNX bytes; the message names what is missing or of the wrong shape.
     pub fn from_onnx(bytes: &[u8]) -> std::result::Result<Self, String> {
@@ -113,7 +101,7 @@ impl LstmCell {
             if found != dims {
                 return Err(format!("initializer `{name}` has dims {found:?}, expected {dims:?}"));
             }
-            let v = tensor_values(t)?;
+            let v = crate::cost::native::tensor_f64(t)?;
             if v.len() != dims.iter().product::<usize>() {
                 return Err(format!("initializer `{name}` holds {} values for dims {dims:?}", v.len()));
             }

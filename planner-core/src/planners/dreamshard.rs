@@ -165,7 +165,7 @@ impl DreamShardNets {
     /// # Errors
     /// [`Error::NoFit`] when a table fits on no device.
     pub fn place(&self, task: &Task) -> Result<Vec<usize>> {
-        Ok(self.rollout(task, argmax_legal)?.device_of)
+        Ok(self.rollout(task, greedy_choice)?.device_of)
     }
 
     /// Runs the MDP on `task`, `choose` picking a device from the logits of every device and which
@@ -229,16 +229,11 @@ impl DreamShardNets {
     }
 }
 
-/// Index of the largest logit among legal devices (ties → lowest index); 0 when none is legal.
+/// The greedy chooser of [`DreamShardNets::rollout`]: the largest logit among legal devices (ties →
+/// lowest index); 0 when none is legal (the rollout refuses that case before asking).
 #[must_use]
-pub fn argmax_legal(logits: &[f64], legal: &[bool]) -> usize {
-    let mut best: Option<usize> = None;
-    for (i, (&v, &ok)) in logits.iter().zip(legal).enumerate() {
-        if ok && best.is_none_or(|b| v > logits[b]) {
-            best = Some(i);
-        }
-    }
-    best.unwrap_or(0)
+pub fn greedy_choice(logits: &[f64], legal: &[bool]) -> usize {
+    super::argmax_legal(logits, legal).unwrap_or(0)
 }
 
 /// One decision of a rollout.

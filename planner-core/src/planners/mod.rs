@@ -149,6 +149,19 @@ impl StatsCell {
     }
 }
 
+/// Index of the largest of `values` whose `legal` flag is set (ties → lowest index); `None` when none is.
+/// The greedy action of the learned policies.
+#[must_use]
+pub fn argmax_legal<T: PartialOrd + Copy>(values: &[T], legal: &[bool]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, (&v, &ok)) in values.iter().zip(legal).enumerate() {
+        if ok && best.is_none_or(|b| v > values[b]) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
 /// A sharding algorithm.
 pub trait Planner {
     /// Registry name.
