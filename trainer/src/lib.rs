@@ -62,6 +62,19 @@ pub struct ProfileOutcome {
     pub reload_max_abs_diff_ms: f64,
 }
 
+/// Every `.onnx` file of `dir`, by file name (a profile's or a policy's graphs).
+pub fn onnx_files(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut files = BTreeMap::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "onnx") {
+            let name = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            files.insert(name, std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?);
+        }
+    }
+    Ok(files)
+}
+
 /// Seeded 80/10/10 split of `0..n`.
 #[must_use]
 pub fn split_80_10_10(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>, Vec<usize>) {

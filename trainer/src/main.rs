@@ -246,16 +246,7 @@ fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
 fn bench(dir: &std::path::Path, sets: usize) -> ExitCode {
     let load = |cache: bool| -> anyhow::Result<planner_core::cost::NeuralModel> {
         let card = std::fs::read_to_string(dir.join("card.json"))?;
-        let mut files = std::collections::BTreeMap::new();
-        for e in std::fs::read_dir(dir)? {
-            let p = e?.path();
-            if p.extension().is_some_and(|x| x == "onnx") {
-                files.insert(
-                    p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
-                    std::fs::read(&p)?,
-                );
-            }
-        }
+        let files = trainer::onnx_files(dir)?;
         Ok(planner_core::cost::NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))?
             .with_set_cache(cache))
     };

@@ -100,16 +100,7 @@ pub fn write_policy_dir(dir: &Path, card: &PolicyCard, graphs: &BTreeMap<String,
 pub fn read_policy_dir(dir: &Path, algorithm: planner_core::policy::PolicyAlgorithm) -> Result<LoadedPolicy> {
     let json = std::fs::read_to_string(dir.join("policy.json"))
         .with_context(|| format!("reading {}", dir.join("policy.json").display()))?;
-    let mut files = BTreeMap::new();
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.extension().is_some_and(|x| x == "onnx") {
-            files.insert(
-                p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
-                std::fs::read(&p)?,
-            );
-        }
-    }
+    let files = crate::onnx_files(dir)?;
     Ok(LoadedPolicy::from_card(&json, algorithm, |f| files.get(f).map(Vec::as_slice))?)
 }
 
