@@ -600,6 +600,8 @@ pub fn train_dreamshard(cfg: &DreamShardConfig, judge: &mut dyn Judge) -> Result
         provisional = card(cfg, &judge.name(), buffer.len(), episodes, start.elapsed().as_secs_f64());
     }
     let mut final_card = card(cfg, &judge.name(), buffer.len(), episodes, start.elapsed().as_secs_f64());
+    // The training suite is unbounded; the card records how many of its tasks were drawn.
+    final_card.training.suite.count = next_task;
     if let Some(last) = curve.last() {
         final_card.training.metrics.insert("last_validation_greedy_ms".into(), last.validation_ms);
         final_card.training.metrics.insert("validation_best_heuristic_ms".into(), best_baseline.1);

@@ -161,7 +161,13 @@ fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
     use trainer::dreamshard::{CollectorJudge, DreamShardConfig, Judge, ModelJudge, train_dreamshard, write};
     let run = || -> anyhow::Result<()> {
         let tables = parse_tables(&a.tables).map_err(anyhow::Error::msg)?;
-        for (field, v) in [("--iterations", a.iterations), ("--evals", a.evals), ("--cost-batch", a.cost_batch)] {
+        for (field, v) in [
+            ("--iterations", a.iterations),
+            ("--evals", a.evals),
+            ("--cost-batch", a.cost_batch),
+            ("--validation-tasks", a.validation_tasks),
+            ("--test-tasks", a.test_tasks),
+        ] {
             if v == 0 {
                 anyhow::bail!("`{field}` = 0 is invalid: at least 1");
             }
@@ -217,8 +223,8 @@ fn dreamshard_cmd(a: &DreamShardArgs) -> ExitCode {
             lr: a.lr,
             entropy: a.entropy,
             suite: suite(usize::MAX, a.seed),
-            validation: suite(a.validation_tasks.max(1), a.seed ^ 0x0076_a11d),
-            test: SuiteSpec { pool_half: Some(PoolHalf::Test), ..suite(a.test_tasks.max(1), 0x7e57) },
+            validation: suite(a.validation_tasks, a.seed ^ 0x0076_a11d),
+            test: SuiteSpec { pool_half: Some(PoolHalf::Test), ..suite(a.test_tasks, 0x7e57) },
             command: std::env::args().collect::<Vec<_>>().join(" "),
             verbose: !a.quiet,
         };

@@ -198,13 +198,16 @@ impl DreamShardNets {
             }
             // Every device as it would be with the table: its cost features and policy sum after the
             // placement (the action's outcome), so the policy scores what each choice leads to.
-            let with = |sums: &[Vec<f64>], e: &[f64]| -> Vec<Vec<f64>> {
-                sums.iter().map(|s| s.iter().zip(e).map(|(a, b)| a + b).collect()).collect()
-            };
-            let costs: Vec<[f64; COST_FEATURES]> =
-                with(&cost_sum, &emb.cost[t]).iter().map(|s| self.device_costs(s)).collect();
-            let logits: Vec<f64> =
-                with(&policy_sum, &emb.policy[t]).iter().zip(&costs).map(|(p, c)| self.logit(p, c)).collect();
+            let mut costs = Vec::with_capacity(d);
+            let mut logits = Vec::with_capacity(d);
+            let mut with = vec![0.0; EMBED];
+            for r in 0..d {
+                add_into(&mut with, &cost_sum[r], &emb.cost[t]);
+                let c = self.device_costs(&with);
+                add_into(&mut with, &policy_sum[r], &emb.policy[t]);
+                logits.push(self.logit(&with, &c));
+                costs.push(c);
+            }
             let r = choose(&logits, &legal);
             if !legal.get(r).copied().unwrap_or(false) {
                 return Err(Error::InvalidPlan(format!(
@@ -226,6 +229,13 @@ impl DreamShardNets {
         let slowest_device_ms =
             cost_sum.iter().map(|s| self.device_costs(s).iter().sum::<f64>()).fold(f64::NEG_INFINITY, f64::max);
         Ok(Rollout { device_of, steps, predicted_ms, slowest_device_ms })
+    }
+}
+
+/// `out = a + b`, element-wise.
+fn add_into(out: &mut [f64], a: &[f64], b: &[f64]) {
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = x + y;
     }
 }
 
