@@ -61,6 +61,10 @@ pub struct DynamicArgs {
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = 4)]
     pub top_k: usize,
+    /// ALIS: keep rows the window does not touch where they are (by default they give their room to the
+    /// window's rows and move off overflowing shards, least recently touched first).
+    #[arg(long)]
+    pub keep_cold: bool,
     /// Bytes per embedding row (dimension · 4).
     #[arg(long, default_value_t = 64.0)]
     pub row_bytes: f64,
@@ -169,6 +173,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         beta: args.beta,
         history_sets: args.history_sets,
         top_k: args.top_k,
+        evict_cold: !args.keep_cold,
         seed: args.seed_base,
     };
     // Validate everything before the first (possibly long) run.

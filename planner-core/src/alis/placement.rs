@@ -116,6 +116,34 @@ impl Placement {
         self.shard = assign;
     }
 
+    /// Takes `counts[s]` rows of every shard `s` out of its load without moving them, so that the rows placed
+    /// next may use their room. [`Placement::take_back`] must follow.
+    pub fn set_aside(&mut self, counts: &[usize]) {
+        for (l, &c) in self.load.iter_mut().zip(counts) {
+            *l -= c;
+        }
+    }
+
+    /// Counts the set-aside rows back where they fit under the cap and returns, per shard, how many do not
+    /// fit. The caller must [`Placement::relocate`] exactly that many of them off each shard.
+    pub fn take_back(&mut self, counts: &[usize]) -> Vec<usize> {
+        let cap = self.cap();
+        let mut excess = vec![0; self.shards];
+        for ((l, &c), e) in self.load.iter_mut().zip(counts).zip(&mut excess) {
+            let keep = c.min(cap.saturating_sub(*l));
+            *l += keep;
+            *e = c - keep;
+        }
+        excess
+    }
+
+    /// Puts a set-aside row that did not fit back on the least loaded shard.
+    pub fn relocate(&mut self, row: u32) {
+        let s = super::partition::least_loaded(&self.load);
+        self.shard[row as usize] = s as u16;
+        self.load[s] += 1;
+    }
+
     fn pick(&self, prefs: &[u16], cap: usize) -> u16 {
         for &p in prefs {
             if (p as usize) < self.shards && self.load[p as usize] < cap {

@@ -13,7 +13,6 @@ use super::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
 use super::placement::{Placement, hash_shard};
 use super::stream::Stream;
 use super::weights::SparseWeights;
-use crate::planners::search::FastMap;
 
 /// Names of all policies, in report order (the single registry the CLI reads).
 pub const POLICY_NAMES: [&str; 7] = ["hash", "range", "static", "full", "greedy", "alis-base", "alis"];
@@ -43,6 +42,11 @@ pub struct PolicyConfig {
     pub history_sets: usize,
     /// Slots per row of the sparse weight matrix.
     pub top_k: usize,
+    /// Light incremental sharding lets the window's rows take the room of cold rows (rows the window does not
+    /// touch), which are then moved off overflowing shards, least recently touched first. Off, every row
+    /// outside `D_new` keeps its shard and the window's rows share only the cap's slack.
+    #[serde(default = "evict_cold_default")]
+    pub evict_cold: bool,
     /// Seed of the policy's random choices (partitioner visit order).
     pub seed: u64,
 }
@@ -60,9 +64,14 @@ impl Default for PolicyConfig {
             beta: 0.8,
             history_sets: 4,
             top_k: 4,
+            evict_cold: true,
             seed: 0,
         }
     }
+}
+
+fn evict_cold_default() -> bool {
+    true
 }
 
 impl PolicyConfig {
@@ -378,6 +387,8 @@ struct AlisPolicy {
     /// Undo logs of `interim`, newest first: the rows each update changed with their previous interim
     /// shard, and the number of rows known before that update.
     undo: VecDeque<(usize, Vec<(u32, u16)>)>,
+    /// Which rows the latest window touched, and when each row was last touched.
+    index: WindowIndex,
 }
 
 /// Soft votes per `D_new` row, flat: at most one slot per voting set (`stride` = history sets + 1).
@@ -416,12 +427,47 @@ struct LocalWindow {
     /// Requests used to score shard sets: the window minus `D_new` (all of it when `D_new` is the whole window).
     holdout_offsets: Vec<usize>,
     holdout_pins: Vec<u32>,
-    /// Global row → local id, for the window's rows only (state stays O(window), not O(all rows)).
-    local_of: FastMap<u32, u32>,
+}
+
+/// Per-row window bookkeeping of ALIS, dense over all known rows (8 bytes per row): the last update whose
+/// window touched the row (`0` = none yet), and the row's local id in that window. A row is in the current
+/// window exactly when its stamp is the current update's, so nothing is reset between updates.
+#[derive(Debug, Default)]
+struct WindowIndex {
+    seen: Vec<u32>,
+    local: Vec<u32>,
+    /// The current update, counted from 1.
+    now: u32,
+}
+
+impl WindowIndex {
+    /// Starts a new update over `rows` known rows.
+    fn next_update(&mut self, rows: usize) {
+        self.now += 1;
+        if self.seen.len() < rows {
+            self.seen.resize(rows, 0);
+            self.local.resize(rows, 0);
+        }
+    }
+
+    /// Local id of `row` in the current window, if the window touches it.
+    fn local_of(&self, row: u32) -> Option<u32> {
+        (self.seen.get(row as usize) == Some(&self.now)).then(|| self.local[row as usize])
+    }
+
+    /// Whether the current window touches `row`.
+    fn in_window(&self, row: u32) -> bool {
+        self.seen[row as usize] == self.now
+    }
+
+    fn heap_bytes(&self) -> usize {
+        (self.seen.capacity() + self.local.capacity()) * 4
+    }
 }
 
 impl LocalWindow {
-    fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>) -> Self {
+    /// Reads the window and stamps its rows in `index` (which must cover every row the window touches).
+    fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>, index: &mut WindowIndex) -> Self {
         let mut lw = LocalWindow {
             rows: Vec::new(),
             n_new_rows: 0,
@@ -429,15 +475,10 @@ impl LocalWindow {
             new_pins: Vec::new(),
             holdout_offsets: vec![0],
             holdout_pins: Vec::new(),
-            // At most one entry per pin: reserving avoids rehashing while the window is read.
-            local_of: FastMap::with_capacity_and_hasher(
-                window.clone().map(|i| stream.request(i).len()).sum(),
-                std::hash::BuildHasherDefault::default(),
-            ),
         };
         for i in d_new.clone() {
             for &r in stream.request(i) {
-                let l = lw.intern(r);
+                let l = lw.intern(r, index);
                 lw.new_pins.push(l);
             }
             lw.new_offsets.push(lw.new_pins.len());
@@ -446,7 +487,7 @@ impl LocalWindow {
         let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
         for i in holdout {
             for &r in stream.request(i) {
-                let l = lw.intern(r);
+                let l = lw.intern(r, index);
                 lw.holdout_pins.push(l);
             }
             lw.holdout_offsets.push(lw.holdout_pins.len());
@@ -454,12 +495,16 @@ impl LocalWindow {
         lw
     }
 
-    fn intern(&mut self, r: u32) -> u32 {
-        let rows = &mut self.rows;
-        *self.local_of.entry(r).or_insert_with(|| {
-            rows.push(r);
-            (rows.len() - 1) as u32
-        })
+    fn intern(&mut self, r: u32, index: &mut WindowIndex) -> u32 {
+        let i = r as usize;
+        if index.seen[i] == index.now {
+            return index.local[i];
+        }
+        let l = self.rows.len() as u32;
+        index.seen[i] = index.now;
+        index.local[i] = l;
+        self.rows.push(r);
+        l
     }
 
     /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
@@ -494,6 +539,7 @@ impl AlisPolicy {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             interim: Vec::new(),
             undo: VecDeque::new(),
+            index: WindowIndex::default(),
         })
     }
 
@@ -506,6 +552,33 @@ impl AlisPolicy {
             }
         }
         best.map(|b| b.0)
+    }
+
+    /// Moves `excess[s]` cold rows (rows the latest window did not touch) off every overflowing shard `s`: the
+    /// least recently touched first (ties by row), each to the least loaded shard. The rows were set aside
+    /// and not taken back, so they are counted nowhere until re-inserted. One sequential pass over the
+    /// placement, only when some shard overflows.
+    fn evict(&mut self, excess: &[usize]) {
+        if excess.iter().all(|&e| e == 0) {
+            return;
+        }
+        let mut candidates: Vec<Vec<(u32, u32)>> = vec![Vec::new(); excess.len()];
+        for (r, &s) in self.placement.as_slice().iter().enumerate() {
+            if excess[s as usize] > 0 && !self.index.in_window(r as u32) {
+                candidates[s as usize].push((self.index.seen[r], r as u32));
+            }
+        }
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for (c, &e) in candidates.iter_mut().zip(excess) {
+            if e > 0 && e < c.len() {
+                c.select_nth_unstable(e);
+            }
+            out.extend_from_slice(&c[..e.min(c.len())]);
+        }
+        out.sort_unstable();
+        for (_, r) in out {
+            self.placement.relocate(r);
+        }
     }
 
     /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
@@ -543,7 +616,7 @@ impl AlisPolicy {
                     break;
                 };
                 for &(row, old) in log {
-                    if let Some(&l) = lw.local_of.get(&row) {
+                    if let Some(l) = self.index.local_of(row) {
                         cur[l as usize] = old;
                     }
                 }
@@ -576,7 +649,8 @@ impl Policy for AlisPolicy {
         self.weights.ensure_rows(rows);
         let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize).clamp(1, window.len().max(1));
         let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
-        let lw = LocalWindow::new(stream, &window, &d_new);
+        self.index.next_update(rows);
+        let lw = LocalWindow::new(stream, &window, &d_new, &mut self.index);
         let n_local = lw.n_new_rows;
         // Warm start from the deployed placement; rows first seen in this update start unassigned.
         let init: Vec<u16> = lw.rows[..n_local]
@@ -584,12 +658,24 @@ impl Policy for AlisPolicy {
             .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
             .collect();
         let hg = Hypergraph::new(n_local, lw.new_offsets.windows(2).map(|w| &lw.new_pins[w[0]..w[1]]));
-        // The local partition may use what the global cap leaves each shard once the rows outside `D_new` are
-        // counted where they are: the real constraint, rather than balancing the window on its own.
+        // The local partition may use what the global cap leaves each shard once the rows it does not move are
+        // counted where they are: the real constraint, rather than balancing the window on its own. With
+        // `evict_cold`, only the window's other rows count; rows the window does not touch (cold rows) give
+        // way and are moved out afterwards where their shard overflows.
         let cap = self.placement.cap();
         let mut fixed = self.placement.loads().to_vec();
+        let mut cold = vec![0usize; self.cfg.shards];
         for &r in &lw.rows[..n_local] {
             fixed[self.placement.as_slice()[r as usize] as usize] -= 1;
+        }
+        if self.cfg.evict_cold {
+            cold.clone_from(&fixed);
+            for &r in &lw.rows[n_local..] {
+                cold[self.placement.as_slice()[r as usize] as usize] -= 1;
+            }
+            for (f, c) in fixed.iter_mut().zip(&cold) {
+                *f -= c;
+            }
         }
         let params = self.cfg.partition_params(fixed.iter().map(|&f| cap.saturating_sub(f)).collect());
         let (local, _) = partition(&hg, &init, &params, &mut self.rng);
@@ -633,7 +719,10 @@ impl Policy for AlisPolicy {
             }
             scored.push(r, &mut sc);
         }
+        self.placement.set_aside(&cold);
         scored.place(&mut self.placement);
+        let excess = self.placement.take_back(&cold);
+        self.evict(&excess);
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {
             let old_len = self.interim.len();
@@ -657,6 +746,10 @@ impl Policy for AlisPolicy {
 
     fn state_bytes(&self) -> usize {
         let undo: usize = self.undo.iter().map(|(_, m)| m.capacity() * 8).sum();
-        self.placement.heap_bytes() + self.weights.heap_bytes() + self.interim.capacity() * 2 + undo
+        self.placement.heap_bytes()
+            + self.weights.heap_bytes()
+            + self.interim.capacity() * 2
+            + undo
+            + self.index.heap_bytes()
     }
 }

@@ -76,6 +76,7 @@ pub fn replay(
 mod tests {
     use super::super::metrics::LatencyModel;
     use super::super::policy::POLICY_NAMES;
+    use super::super::stream::RawRequest;
     use super::super::synthetic::{SyntheticParams, generate};
     use super::*;
 
@@ -155,18 +156,49 @@ mod tests {
     #[test]
     fn alis_without_aggregate_equals_light_incremental() {
         let (s, rc) = small(7);
-        let base = replay(&s, "alis-base", &cfg(8, 3), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
+        // A slow decay, so that older shard sets can outvote the newest one and the aggregate visibly acts.
+        let c = PolicyConfig { decay: 0.9, ..cfg(8, 3) };
+        let base = replay(&s, "alis-base", &c, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         // β = 0 with a full history: the votes are computed but must not change anything.
-        let beta0 = PolicyConfig { beta: 0.0, ..cfg(8, 3) };
+        let beta0 = PolicyConfig { beta: 0.0, ..c };
         let a = replay(&s, "alis", &beta0, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(a.windows, base.windows);
         // No history (β = 0.8): nothing votes, so again plain light incremental.
-        let none = PolicyConfig { history_sets: 0, ..cfg(8, 3) };
+        let none = PolicyConfig { history_sets: 0, ..c };
         let b = replay(&s, "alis", &none, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(b.windows, base.windows);
         // And the aggregate does act when enabled (otherwise the equalities above would prove nothing).
-        let full = replay(&s, "alis", &cfg(8, 3), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
+        let full = replay(&s, "alis", &c, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(full.windows, base.windows);
+    }
+
+    #[test]
+    fn cold_rows_give_way_so_that_a_hot_group_gathers() {
+        // 20 rows on 2 shards (cap ⌈1.05·20/2⌉ = 11). The first request touches all of them (hash: 10 per
+        // shard); afterwards only rows 0..10 are requested, always together. They can share one shard only if
+        // the 5 cold rows there make room.
+        let mut raw = vec![RawRequest { request_id: 0, time: 0.0, row_ids: (0..20).collect(), table_ids: None }];
+        for i in 1..30u64 {
+            raw.push(RawRequest { request_id: i, time: i as f64, row_ids: (0..10).collect(), table_ids: None });
+        }
+        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
+        let hot_shards = |evict_cold: bool| {
+            let c = PolicyConfig { shards: 2, evict_cold, ..PolicyConfig::default() };
+            let mut pol = make_policy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
+            for w in s.windows(10).unwrap_or_else(|e| panic!("{e}")) {
+                pol.update(&s, w);
+                let pl = pol.placement();
+                assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
+                assert_eq!(pl.loads().iter().sum::<usize>(), 20);
+            }
+            let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
+            let mut shards: Vec<u16> = (0..10).map(|id| pol.placement().as_slice()[row(id) as usize]).collect();
+            shards.sort_unstable();
+            shards.dedup();
+            shards.len()
+        };
+        assert_eq!(hot_shards(true), 1, "with eviction the hot group shares one shard");
+        assert_eq!(hot_shards(false), 2, "without it the cold rows pin the group apart");
     }
 
     #[test]
