@@ -164,6 +164,11 @@ pub struct RunSummary {
     pub window_fanout_sd: f64,
     /// Mean `|fanout_t − fanout_{t−1}|` over consecutive scored windows.
     pub window_fanout_mad: f64,
+    /// Window-to-window standard deviation from successive differences (von Neumann):
+    /// `sqrt(Σ (fanout_t − fanout_{t−1})² / (2·(n−1)))`. It equals the plain sd for a series without trend,
+    /// but unlike it does not grow with a slow trend such as a policy's improvement over the run.
+    #[serde(default)]
+    pub window_fanout_step_sd: f64,
     /// Remote rows per request.
     pub remote_rows_per_request: f64,
     /// Remote bytes per request.
@@ -199,6 +204,11 @@ pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes
     } else {
         per_window.windows(2).map(|p| (p[1] - p[0]).abs()).sum::<f64>() / (per_window.len() - 1) as f64
     };
+    let step_sd = if per_window.len() < 2 {
+        0.0
+    } else {
+        (per_window.windows(2).map(|p| (p[1] - p[0]).powi(2)).sum::<f64>() / (2 * (per_window.len() - 1)) as f64).sqrt()
+    };
     let n_upd = windows.len().max(1) as f64;
     RunSummary {
         policy: policy.to_string(),
@@ -207,6 +217,7 @@ pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes
         p99_fanout: plain(&|w| w.p99_fanout),
         window_fanout_sd: mean_sd(&per_window).1,
         window_fanout_mad: mad,
+        window_fanout_step_sd: step_sd,
         remote_rows_per_request: scored.iter().map(|w| w.remote_rows as f64).sum::<f64>() / reqs,
         remote_bytes_per_request: scored.iter().map(|w| w.remote_bytes).sum::<f64>() / reqs,
         max_row_imbalance: scored.iter().map(|w| w.row_imbalance).fold(1.0, f64::max),

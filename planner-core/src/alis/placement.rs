@@ -89,10 +89,14 @@ impl Placement {
     /// Moves the already placed `row` to the first shard in `prefs` with room under the cap, else back to
     /// its own shard, else the least loaded shard. Returns whether it moved.
     pub fn place(&mut self, row: u32, prefs: &[u16]) -> bool {
+        self.place_under(row, prefs, self.cap())
+    }
+
+    /// [`Placement::place`] with the cap given: callers placing many rows compute it once.
+    pub(crate) fn place_under(&mut self, row: u32, prefs: &[u16], cap: usize) -> bool {
         let r = row as usize;
         let old = self.shard[r];
         self.load[old as usize] -= 1;
-        let cap = self.cap();
         let mut s = None;
         for &p in prefs.iter().chain(std::iter::once(&old)) {
             if (p as usize) < self.shards && self.load[p as usize] < cap {

@@ -60,7 +60,7 @@ impl Default for PolicyConfig {
             p_fanout: 0.5,
             full_every: 1,
             incr_ratio: 0.5,
-            decay: 0.5,
+            decay: 0.7,
             beta: 0.8,
             history_sets: 4,
             top_k: 4,
@@ -282,6 +282,12 @@ fn ranked(scores: &mut [(u16, f64)]) -> f64 {
     }
 }
 
+/// `x` as an integer whose unsigned order is `f64::total_cmp`'s order.
+fn total_order_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
+}
+
 /// Rows to re-place with their ranked shard preferences, in flat buffers (no allocation per row).
 struct Scored {
     /// (row, margin, start and end of its preferences in `prefs`).
@@ -304,10 +310,12 @@ impl Scored {
 
     /// Re-places the rows in decreasing margin order (ties by row), each to its best shard with room.
     fn place(mut self, placement: &mut Placement) {
-        // Rows are distinct, so the order is total and an unstable sort gives the same result.
-        self.rows.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Rows are distinct, so the order is total and an unstable sort gives the same result. Integer keys
+        // (the margin's total order, inverted for decreasing) sort faster than comparing floats.
+        self.rows.sort_unstable_by_key(|x| (!total_order_key(x.1), x.0));
+        let cap = placement.cap();
         for &(row, _, start, end) in &self.rows {
-            placement.place(row, &self.prefs[start..end]);
+            placement.place_under(row, &self.prefs[start..end], cap);
         }
     }
 }
@@ -391,29 +399,38 @@ struct AlisPolicy {
     index: WindowIndex,
 }
 
-/// Soft votes per `D_new` row, flat: at most one slot per voting set (`stride` = history sets + 1).
+/// The voting shard sets on the `D_new` rows, one column per set, youngest first: set `i` votes
+/// `sets[i].0` for shard `shards[i · n + l]` of local row `l` if the row was known to it (global row
+/// `< sets[i].1`).
 struct Votes {
-    stride: usize,
-    slots: Vec<(u16, f64)>,
-    len: Vec<u8>,
+    n: usize,
+    shards: Vec<u16>,
+    sets: Vec<(f64, usize)>,
 }
 
 impl Votes {
-    fn add(&mut self, l: usize, shard: u16, weight: f64) {
-        let base = l * self.stride;
-        let n = usize::from(self.len[l]);
-        let row = &mut self.slots[base..base + n];
-        if let Some(x) = row.iter_mut().find(|x| x.0 == shard) {
-            x.1 += weight;
-        } else {
-            self.slots[base + n] = (shard, weight);
-            self.len[l] += 1;
-        }
+    fn with_capacity(n: usize, sets: usize) -> Self {
+        Votes { n, shards: Vec::with_capacity(n * sets), sets: Vec::with_capacity(sets) }
     }
 
-    fn of(&self, l: usize) -> &[(u16, f64)] {
-        let base = l * self.stride;
-        &self.slots[base..base + usize::from(self.len[l])]
+    /// Adds a set: its shards for the `D_new` rows, its vote weight, and the rows it knew.
+    fn push(&mut self, shards: &[u16], weight: f64, known: usize) {
+        self.shards.extend_from_slice(&shards[..self.n]);
+        self.sets.push((weight, known));
+    }
+
+    /// The votes of local row `l` (global `row`) per shard, summed over the sets in order, into `out`.
+    fn of(&self, l: usize, row: u32, out: &mut Vec<(u16, f64)>) {
+        out.clear();
+        for (i, &(weight, known)) in self.sets.iter().enumerate() {
+            if (row as usize) < known {
+                let shard = self.shards[i * self.n + l];
+                match out.iter_mut().find(|x| x.0 == shard) {
+                    Some(x) => x.1 += weight,
+                    None => out.push((shard, weight)),
+                }
+            }
+        }
     }
 }
 
@@ -455,11 +472,6 @@ impl WindowIndex {
         (self.seen.get(row as usize) == Some(&self.now)).then(|| self.local[row as usize])
     }
 
-    /// Whether the current window touches `row`.
-    fn in_window(&self, row: u32) -> bool {
-        self.seen[row as usize] == self.now
-    }
-
     fn heap_bytes(&self) -> usize {
         (self.seen.capacity() + self.local.capacity()) * 4
     }
@@ -468,14 +480,19 @@ impl WindowIndex {
 impl LocalWindow {
     /// Reads the window and stamps its rows in `index` (which must cover every row the window touches).
     fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>, index: &mut WindowIndex) -> Self {
+        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
+        let pins = |r: &Range<usize>| r.clone().map(|i| stream.request(i).len()).sum::<usize>();
+        let (new_pins, holdout_pins) = (pins(d_new), pins(&holdout));
         let mut lw = LocalWindow {
-            rows: Vec::new(),
+            rows: Vec::with_capacity(new_pins + holdout_pins),
             n_new_rows: 0,
-            new_offsets: vec![0],
-            new_pins: Vec::new(),
-            holdout_offsets: vec![0],
-            holdout_pins: Vec::new(),
+            new_offsets: Vec::with_capacity(d_new.len() + 1),
+            new_pins: Vec::with_capacity(new_pins),
+            holdout_offsets: Vec::with_capacity(holdout.len() + 1),
+            holdout_pins: Vec::with_capacity(holdout_pins),
         };
+        lw.new_offsets.push(0);
+        lw.holdout_offsets.push(0);
         for i in d_new.clone() {
             for &r in stream.request(i) {
                 let l = lw.intern(r, index);
@@ -484,7 +501,6 @@ impl LocalWindow {
             lw.new_offsets.push(lw.new_pins.len());
         }
         lw.n_new_rows = lw.rows.len();
-        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
         for i in holdout {
             for &r in stream.request(i) {
                 let l = lw.intern(r, index);
@@ -563,9 +579,10 @@ impl AlisPolicy {
             return;
         }
         let mut candidates: Vec<Vec<(u32, u32)>> = vec![Vec::new(); excess.len()];
-        for (r, &s) in self.placement.as_slice().iter().enumerate() {
-            if excess[s as usize] > 0 && !self.index.in_window(r as u32) {
-                candidates[s as usize].push((self.index.seen[r], r as u32));
+        let now = self.index.now;
+        for (r, (&s, &seen)) in self.placement.as_slice().iter().zip(&self.index.seen).enumerate() {
+            if seen != now && excess[s as usize] > 0 {
+                candidates[s as usize].push((seen, r as u32));
             }
         }
         let mut out: Vec<(u32, u32)> = Vec::new();
@@ -589,7 +606,7 @@ impl AlisPolicy {
         let s_count = self.cfg.shards;
         let known_now = self.interim.len();
         let stride = self.cfg.history_sets + 1;
-        let mut votes = Votes { stride, slots: vec![(0, 0.0); lw.n_new_rows * stride], len: vec![0; lw.n_new_rows] };
+        let mut votes = Votes::with_capacity(lw.n_new_rows, stride);
         // Age 1: the interim before this update (rows unknown then are served by hash).
         let mut cur: Vec<u16> = lw
             .rows
@@ -599,15 +616,22 @@ impl AlisPolicy {
         // Age 0: this update's interim (argmax W for `D_new` rows, unchanged elsewhere).
         let mut now = cur.clone();
         now[..lw.n_new_rows].copy_from_slice(interim_new);
-        let mut add = |set: &[u16], known: usize, weight: f64| {
-            for (l, (&row, &s)) in lw.rows.iter().zip(set).take(votes.len.len()).enumerate() {
-                if (row as usize) < known {
-                    votes.add(l, s, weight);
-                }
-            }
-        };
         let mut stamp = vec![0u32; s_count];
-        add(&now, usize::MAX, 1.0 / lw.holdout_fanout(&now, &mut stamp));
+        votes.push(&now, 1.0 / lw.holdout_fanout(&now, &mut stamp), usize::MAX);
+        // The window's rows that some older set did not know yet, newest first, with their hash shard: an
+        // older set serves them by hash. Computed once rather than per set.
+        let oldest_known = self.undo.iter().take(self.cfg.history_sets.saturating_sub(1)).map(|u| u.0).min();
+        let mut fresh: Vec<(u32, u32, u16)> = match oldest_known {
+            Some(k) => lw
+                .rows
+                .iter()
+                .enumerate()
+                .filter(|&(_, &r)| r as usize >= k)
+                .map(|(l, &r)| (r, l as u32, hash_shard(stream, r, s_count)))
+                .collect(),
+            None => Vec::new(),
+        };
+        fresh.sort_unstable_by(|a, b| b.0.cmp(&a.0));
         let mut known = known_now;
         let mut decay = 1.0;
         for age in 1..=self.cfg.history_sets {
@@ -621,17 +645,15 @@ impl AlisPolicy {
                     }
                 }
                 known = *known_before;
-                for (l, &r) in lw.rows.iter().enumerate() {
-                    if r as usize >= known {
-                        cur[l] = hash_shard(stream, r, s_count);
-                    }
+                for &(_, l, h) in fresh.iter().take_while(|x| x.0 as usize >= known) {
+                    cur[l as usize] = h;
                 }
             }
             if known == 0 {
                 break;
             }
             decay *= self.cfg.decay;
-            add(&cur, known, decay / lw.holdout_fanout(&cur, &mut stamp));
+            votes.push(&cur, decay / lw.holdout_fanout(&cur, &mut stamp), known);
         }
         votes
     }
@@ -698,6 +720,7 @@ impl Policy for AlisPolicy {
         let per_row = self.cfg.top_k + self.cfg.history_sets + 1;
         let mut scored = Scored::with_capacity(n_local, per_row);
         let mut sc: Vec<(u16, f64)> = Vec::with_capacity(per_row);
+        let mut v: Vec<(u16, f64)> = Vec::with_capacity(self.cfg.history_sets + 1);
         for (l, &r) in lw.rows[..n_local].iter().enumerate() {
             sc.clear();
             sc.extend(self.weights.row(r));
@@ -705,11 +728,12 @@ impl Policy for AlisPolicy {
             for x in &mut sc {
                 x.1 = (1.0 - beta) * (x.1 / w_sum);
             }
-            if let Some(v) = votes.as_ref().map(|v| v.of(l))
-                && !v.is_empty()
-            {
+            if let Some(votes) = votes.as_ref() {
+                votes.of(l, r, &mut v);
+            }
+            if !v.is_empty() {
                 let v_sum: f64 = v.iter().map(|x| x.1).sum();
-                for &(s, w) in v {
+                for &(s, w) in &v {
                     let add = beta * (w / v_sum);
                     match sc.iter_mut().find(|x| x.0 == s) {
                         Some(x) => x.1 += add,
