@@ -631,7 +631,7 @@ impl AlisPolicy {
                 .collect(),
             None => Vec::new(),
         };
-        fresh.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        fresh.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
         let mut known = known_now;
         let mut decay = 1.0;
         for age in 1..=self.cfg.history_sets {
