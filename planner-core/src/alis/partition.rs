@@ -179,10 +179,12 @@ pub fn partition<R: Rng>(
     let mut order: Vec<u32> = (0..hg.n_vertices as u32).collect();
     let mut stats = PartitionStats::default();
     let mut pen = vec![0f64; s_count];
+    let mut wants: Vec<(u16, u16, f64, u32)> = Vec::new();
     for _ in 0..params.max_iters {
         stats.sweeps += 1;
         order.shuffle(rng);
         let mut moved = 0;
+        wants.clear();
         for &v in &order {
             let v = v as usize;
             let nets = hg.nets_of(v);
@@ -200,14 +202,27 @@ pub fn partition<R: Rng>(
                 }
             }
             let mut best: Option<(usize, f64)> = None;
+            let mut best_any: Option<(usize, f64)> = None;
             for b in 0..s_count {
-                if b == a || load[b] >= caps[b] {
+                if b == a {
                     continue;
                 }
                 let gain = base - pen[b];
+                if gain > 1e-9 && best_any.is_none_or(|(_, g)| gain > g) {
+                    best_any = Some((b, gain));
+                }
+                if load[b] >= caps[b] {
+                    continue;
+                }
                 if gain > 1e-9 && best.is_none_or(|(_, g)| gain > g) {
                     best = Some((b, gain));
                 }
+            }
+            // Every improving shard is full: remember the wish for the swap phase.
+            if best.is_none()
+                && let Some((b, g)) = best_any
+            {
+                wants.push((a as u16, b as u16, g, v as u32));
             }
             if let Some((b, _)) = best {
                 part[v] = b as u16;
@@ -220,12 +235,100 @@ pub fn partition<R: Rng>(
                 moved += 1;
             }
         }
+        moved +=
+            swap_wishes(hg, &mut wants, &qpow, &mut Moves { phi: &mut phi, part: &mut part, load: &mut load, s_count });
         stats.moves += moved;
         if moved == 0 {
             break;
         }
     }
     (part, stats)
+}
+
+/// The mutable state of a partition run, for the swap phase.
+struct Moves<'a> {
+    phi: &'a mut [u32],
+    part: &'a mut [u16],
+    load: &'a mut [usize],
+    s_count: usize,
+}
+
+impl Moves<'_> {
+    /// Objective gain (without the constant factor p) of moving `v` from `a` to `b`.
+    fn gain(&self, hg: &Hypergraph, qpow: &[f64], v: usize, a: usize, b: usize) -> f64 {
+        let mut g = 0.0;
+        for &n in hg.nets_of(v) {
+            let row = &self.phi[n as usize * self.s_count..(n as usize + 1) * self.s_count];
+            g += qpow[row[a] as usize - 1] - qpow[row[b] as usize];
+        }
+        g
+    }
+
+    fn apply(&mut self, hg: &Hypergraph, v: usize, a: usize, b: usize) {
+        self.part[v] = b as u16;
+        self.load[a] -= 1;
+        self.load[b] += 1;
+        for &n in hg.nets_of(v) {
+            self.phi[n as usize * self.s_count + a] -= 1;
+            self.phi[n as usize * self.s_count + b] += 1;
+        }
+    }
+}
+
+/// Partners tried per swap candidate.
+const SWAP_TRIES: usize = 8;
+
+/// Pairwise swaps between full shards (as in Social Hash Partitioner): a vertex that wants `a → b` but finds
+/// `b` full trades places with one that wants `b → a`, largest recorded gains first. Each swap is re-evaluated
+/// exactly against the current state (earlier swaps change the gains) and kept only when the pair's combined
+/// gain is positive, so loads never change and the objective never worsens. Returns the vertices moved.
+fn swap_wishes(hg: &Hypergraph, wants: &mut [(u16, u16, f64, u32)], qpow: &[f64], m: &mut Moves<'_>) -> usize {
+    // By direction, then by decreasing gain (ties by vertex, for determinism).
+    wants.sort_unstable_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)).then(y.2.total_cmp(&x.2)).then(x.3.cmp(&y.3)));
+    let range = |a: u16, b: u16| {
+        let lo = wants.partition_point(|w| (w.0, w.1) < (a, b));
+        let hi = wants.partition_point(|w| (w.0, w.1) <= (a, b));
+        lo..hi
+    };
+    let mut moved = 0;
+    let mut start = 0;
+    while start < wants.len() {
+        let (a, b) = (wants[start].0, wants[start].1);
+        let forward = range(a, b);
+        start = forward.end;
+        if a > b {
+            continue;
+        }
+        let backward = range(b, a);
+        let (a, b) = (usize::from(a), usize::from(b));
+        let partners = &wants[backward];
+        let mut used = vec![false; partners.len()];
+        for fw in &wants[forward] {
+            let u = fw.3 as usize;
+            if usize::from(m.part[u]) != a {
+                continue;
+            }
+            let gu = m.gain(hg, qpow, u, a, b);
+            m.apply(hg, u, a, b);
+            // The first of the next few unused partners that makes the pair worth it (u's move may have
+            // removed the reason for a partner's wish, e.g. when they share a request).
+            let found = partners
+                .iter()
+                .enumerate()
+                .filter(|&(k, bw)| !used[k] && usize::from(m.part[bw.3 as usize]) == b)
+                .take(SWAP_TRIES)
+                .find(|&(_, bw)| gu + m.gain(hg, qpow, bw.3 as usize, b, a) > 1e-9)
+                .map(|(k, _)| k);
+            if let Some(k) = found {
+                used[k] = true;
+                m.apply(hg, partners[k].3 as usize, b, a);
+                moved += 2;
+            } else {
+                m.apply(hg, u, b, a);
+            }
+        }
+    }
+    moved
 }
 
 /// Index of the shard with the most room under its cap (lowest index on ties; room may be negative).
@@ -332,6 +435,21 @@ mod tests {
             assert!(load.iter().zip(&tight.caps).all(|(l, c)| l <= c), "seed {seed}: {load:?}");
             assert_eq!(load[0], 5, "seed {seed}: {load:?}");
             assert!((mean_net_fanout(&hg, &part) - 2.0).abs() < 1e-12, "seed {seed}: {part:?}");
+        }
+    }
+
+    #[test]
+    fn full_shards_still_trade_rows_by_swaps() {
+        // Two pairs always requested together, each split across two shards that are both at their cap:
+        // no single move is legal, one swap puts each pair on its own shard.
+        let nets: Vec<Vec<u32>> = (0..10).flat_map(|_| [vec![0, 1], vec![2, 3]]).collect();
+        let hg = Hypergraph::new(4, nets.iter().map(Vec::as_slice));
+        let init: Vec<u16> = vec![0, 1, 0, 1];
+        for seed in 0..4 {
+            let params = PartitionParams { shards: 2, caps: vec![2, 2], max_iters: 4, p_fanout: 0.5 };
+            let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(seed));
+            assert!((mean_net_fanout(&hg, &part) - 1.0).abs() < 1e-12, "seed {seed}: {part:?} {stats:?}");
+            assert_eq!(part.iter().filter(|&&s| s == 0).count(), 2, "seed {seed}: {part:?}");
         }
     }
 
