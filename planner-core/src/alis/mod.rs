@@ -9,14 +9,16 @@
 //! - [`Stream`] (`stream.rs`): validated requests with rows interned to dense indices in first-appearance
 //!   order; [`parse_jsonl`] and [`parse_csv`] read the documented file formats from text.
 //! - [`Policy`] and the registry [`POLICY_NAMES`] / [`make_policy`] (`policy.rs`): hash, range, static,
-//!   periodic full re-partition, greedy incremental, light incremental (`alis-base`) and ALIS, all sharing
-//!   [`Placement`] (`placement.rs`), the one capacity rule (place by preference, spill to the next shard with
-//!   room).
+//!   direct (the latest window from scratch), periodic full re-partition, greedy incremental, light
+//!   incremental (`alis-base`) and ALIS, all sharing [`Placement`] (`placement.rs`), the one capacity rule
+//!   (place by preference, spill to the next shard with room; ALIS may also move rows its window does not
+//!   touch off shards its window's rows fill).
 //! - [`partition`] (`partition.rs`): the iterative hypergraph partitioner (LDG streaming initialisation, then
-//!   probabilistic-fanout local search), used on one window by ALIS and on the whole history by the
-//!   full re-partition.
+//!   probabilistic-fanout local search with pairwise swaps between full shards), used on one window by ALIS
+//!   and `direct` and on the whole history by the full re-partition.
 //! - [`SparseWeights`] (`weights.rs`): the global weight matrix W with `top_k` (shard, weight) slots per row
 //!   and lazy age decay, so memory is `rows · top_k · 6` bytes instead of the paper's `rows · S · 4`.
+//!   With the placement, the interim set and the window index, ALIS holds 36 bytes per row at `top_k = 4`.
 //! - [`replay()`] (`replay.rs`) and [`metrics`]: score the placement made *before* each window, then update.
 //! - [`synthetic::generate`]: the seeded drifting-community generator used by tests and benchmarks.
 //!
