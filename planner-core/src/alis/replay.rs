@@ -234,7 +234,7 @@ mod tests {
     fn partitioning_policies_beat_hash_on_a_community_stream() {
         let (s, rc) = small(12);
         let hash = replay(&s, "hash", &cfg(8, 0), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
-        for name in ["full", "alis", "alis-base"] {
+        for name in ["direct", "full", "alis", "alis-base"] {
             let r = replay(&s, name, &cfg(8, 0), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 r.summary.mean_fanout < 0.85 * hash.summary.mean_fanout,
