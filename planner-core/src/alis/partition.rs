@@ -126,16 +126,15 @@ pub fn partition<R: Rng>(
     let s_count = params.shards;
     let caps: Vec<usize> = (0..s_count).map(|s| params.caps.get(s).copied().unwrap_or(0)).collect();
     let n_nets = hg.n_nets();
-    let mut part = vec![UNASSIGNED; hg.n_vertices];
-    let mut load = vec![0usize; s_count];
-    let mut phi = vec![0u32; n_nets * s_count];
+    let mut st = State {
+        part: vec![UNASSIGNED; hg.n_vertices],
+        load: vec![0usize; s_count],
+        phi: vec![0u32; n_nets * s_count],
+        s_count,
+    };
     for (v, &s) in init.iter().enumerate().take(hg.n_vertices) {
         if (s as usize) < s_count {
-            part[v] = s;
-            load[s as usize] += 1;
-            for &n in hg.nets_of(v) {
-                phi[n as usize * s_count + s as usize] += 1;
-            }
+            st.assign(hg, v, s as usize);
         }
     }
     // Streaming (LDG) placement of the vertices without a warm start.
@@ -144,16 +143,16 @@ pub fn partition<R: Rng>(
     let connected = (0..hg.n_vertices).filter(|&v| !hg.nets_of(v).is_empty());
     let isolated = (0..hg.n_vertices).filter(|&v| hg.nets_of(v).is_empty());
     for v in connected.chain(isolated) {
-        if part[v] != UNASSIGNED {
+        if st.part[v] != UNASSIGNED {
             continue;
         }
         score.fill(0.0);
         for &n in hg.nets_of(v) {
-            let row = &phi[n as usize * s_count..(n as usize + 1) * s_count];
-            for (sc, &c) in score.iter_mut().zip(row) {
+            for (sc, &c) in score.iter_mut().zip(st.net_row(n)) {
                 *sc += f64::from(c);
             }
         }
+        let load = &st.load;
         let mut best: Option<(usize, f64)> = None;
         for s in 0..s_count {
             if load[s] >= caps[s] {
@@ -169,12 +168,8 @@ pub fn partition<R: Rng>(
             }
         }
         // Every shard at its cap can only happen when Σ caps < n; fall back to the shard with the most room.
-        let s = best.map_or_else(|| most_room(&load, &caps), |(s, _)| s);
-        part[v] = s as u16;
-        load[s] += 1;
-        for &n in hg.nets_of(v) {
-            phi[n as usize * s_count + s] += 1;
-        }
+        let s = best.map_or_else(|| most_room(load, &caps), |(s, _)| s);
+        st.assign(hg, v, s);
     }
     // Probabilistic-fanout refinement.
     let p = params.p_fanout.clamp(1e-6, 1.0);
@@ -195,11 +190,11 @@ pub fn partition<R: Rng>(
             if nets.is_empty() {
                 continue;
             }
-            let a = part[v] as usize;
+            let a = st.part[v] as usize;
             let mut base = 0.0;
             pen.fill(0.0);
             for &n in nets {
-                let row = &phi[n as usize * s_count..(n as usize + 1) * s_count];
+                let row = st.net_row(n);
                 base += qpow[row[a] as usize - 1];
                 for (pe, &c) in pen.iter_mut().zip(row) {
                     *pe += qpow[c as usize];
@@ -215,7 +210,7 @@ pub fn partition<R: Rng>(
                 if gain > 1e-9 && best_any.is_none_or(|(_, g)| gain > g) {
                     best_any = Some((b, gain));
                 }
-                if load[b] >= caps[b] {
+                if st.load[b] >= caps[b] {
                     continue;
                 }
                 if gain > 1e-9 && best.is_none_or(|(_, g)| gain > g) {
@@ -229,40 +224,47 @@ pub fn partition<R: Rng>(
                 wants.push((a as u16, b as u16, g, v as u32));
             }
             if let Some((b, _)) = best {
-                part[v] = b as u16;
-                load[a] -= 1;
-                load[b] += 1;
-                for &n in nets {
-                    phi[n as usize * s_count + a] -= 1;
-                    phi[n as usize * s_count + b] += 1;
-                }
+                st.apply(hg, v, a, b);
                 moved += 1;
             }
         }
-        moved +=
-            swap_wishes(hg, &mut wants, &qpow, &mut Moves { phi: &mut phi, part: &mut part, load: &mut load, s_count });
+        moved += swap_wishes(hg, &mut wants, &qpow, &mut st);
         stats.moves += moved;
         if moved == 0 {
             break;
         }
     }
-    (part, stats)
+    (st.part, stats)
 }
 
-/// The mutable state of a partition run, for the swap phase.
-struct Moves<'a> {
-    phi: &'a mut [u32],
-    part: &'a mut [u16],
-    load: &'a mut [usize],
+/// The state of a partition run: every vertex's shard, the shard loads, and the pin counts Φ (`nets × S`).
+struct State {
+    part: Vec<u16>,
+    load: Vec<usize>,
+    phi: Vec<u32>,
     s_count: usize,
 }
 
-impl Moves<'_> {
+impl State {
+    /// Φ of net `n` on every shard.
+    fn net_row(&self, n: u32) -> &[u32] {
+        &self.phi[n as usize * self.s_count..(n as usize + 1) * self.s_count]
+    }
+
+    /// Puts the unplaced `v` on `s`.
+    fn assign(&mut self, hg: &Hypergraph, v: usize, s: usize) {
+        self.part[v] = s as u16;
+        self.load[s] += 1;
+        for &n in hg.nets_of(v) {
+            self.phi[n as usize * self.s_count + s] += 1;
+        }
+    }
+
     /// Objective gain (without the constant factor p) of moving `v` from `a` to `b`.
     fn gain(&self, hg: &Hypergraph, qpow: &[f64], v: usize, a: usize, b: usize) -> f64 {
         let mut g = 0.0;
         for &n in hg.nets_of(v) {
-            let row = &self.phi[n as usize * self.s_count..(n as usize + 1) * self.s_count];
+            let row = self.net_row(n);
             g += qpow[row[a] as usize - 1] - qpow[row[b] as usize];
         }
         g
@@ -286,7 +288,7 @@ const SWAP_TRIES: usize = 8;
 /// `b` full trades places with one that wants `b → a`, largest recorded gains first. Each swap is re-evaluated
 /// exactly against the current state (earlier swaps change the gains) and kept only when the pair's combined
 /// gain is positive, so loads never change and the objective never worsens. Returns the vertices moved.
-fn swap_wishes(hg: &Hypergraph, wants: &mut [(u16, u16, f64, u32)], qpow: &[f64], m: &mut Moves<'_>) -> usize {
+fn swap_wishes(hg: &Hypergraph, wants: &mut [(u16, u16, f64, u32)], qpow: &[f64], m: &mut State) -> usize {
     // By direction, then by decreasing gain (ties by vertex, for determinism).
     wants.sort_unstable_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)).then(y.2.total_cmp(&x.2)).then(x.3.cmp(&y.3)));
     let range = |a: u16, b: u16| {

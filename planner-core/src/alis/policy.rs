@@ -488,6 +488,18 @@ impl WindowIndex {
         }
     }
 
+    /// Local id of `row` in the current window; a row met for the first time in this window gets the next id
+    /// and is appended to `rows` (the window's rows in local-id order).
+    fn intern(&mut self, row: u32, rows: &mut Vec<u32>) -> u32 {
+        let i = row as usize;
+        if self.seen[i] != self.now {
+            self.seen[i] = self.now;
+            self.local[i] = rows.len() as u32;
+            rows.push(row);
+        }
+        self.local[i]
+    }
+
     /// Local id of `row` in the current window, if the window touches it.
     fn local_of(&self, row: u32) -> Option<u32> {
         (self.seen.get(row as usize) == Some(&self.now)).then(|| self.local[row as usize])
@@ -516,7 +528,7 @@ impl LocalWindow {
         lw.holdout_offsets.push(0);
         for i in d_new.clone() {
             for &r in stream.request(i) {
-                let l = lw.intern(r, index);
+                let l = index.intern(r, &mut lw.rows);
                 lw.new_pins.push(l);
             }
             lw.new_offsets.push(lw.new_pins.len());
@@ -524,24 +536,12 @@ impl LocalWindow {
         lw.n_new_rows = lw.rows.len();
         for i in holdout {
             for &r in stream.request(i) {
-                let l = lw.intern(r, index);
+                let l = index.intern(r, &mut lw.rows);
                 lw.holdout_pins.push(l);
             }
             lw.holdout_offsets.push(lw.holdout_pins.len());
         }
         lw
-    }
-
-    fn intern(&mut self, r: u32, index: &mut WindowIndex) -> u32 {
-        let i = r as usize;
-        if index.seen[i] == index.now {
-            return index.local[i];
-        }
-        let l = self.rows.len() as u32;
-        index.seen[i] = index.now;
-        index.local[i] = l;
-        self.rows.push(r);
-        l
     }
 
     /// Mean fanout of the held-out requests when local row `l` is on `shard[l]`.
@@ -641,7 +641,7 @@ impl AlisPolicy {
         votes.push(&now, 1.0 / lw.holdout_fanout(&now, &mut stamp), usize::MAX);
         // The window's rows that some older set did not know yet, newest first, with their hash shard: an
         // older set serves them by hash. Computed once rather than per set.
-        let oldest_known = self.undo.iter().take(self.cfg.history_sets.saturating_sub(1)).map(|u| u.0).min();
+        let oldest_known = self.undo.iter().map(|u| u.0).min();
         let mut fresh: Vec<(u32, u32, u16)> = match oldest_known {
             Some(k) => lw
                 .rows

@@ -291,8 +291,7 @@ impl<'a> Episode<'a> {
             (Vec::new(), model.compute_many_ms(&sets)?)
         };
         let sizes: Vec<u64> = task.tables.iter().map(crate::table::TableSpec::size_bytes).collect();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| single[b].total_cmp(&single[a]).then(sizes[b].cmp(&sizes[a])).then(a.cmp(&b)));
+        let order = super::largest_first(&single, &sizes);
         let pairs: Vec<(&crate::table::TableSpec, u32)> = task.tables.iter().map(|t| (t, t.dim)).collect();
         let features = dreamshard_task_features(&pairs);
         let width = model.incremental().map_or(0, crate::cost::IncrementalCompute::vector_len);

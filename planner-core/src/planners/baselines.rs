@@ -72,13 +72,8 @@ impl Planner for Greedy {
 
     fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
         let costs: Vec<f64> = task.tables.iter().map(|t| self.0.cost(t)).collect();
-        let mut order: Vec<usize> = (0..task.tables.len()).collect();
-        order.sort_by(|&a, &b| {
-            costs[b]
-                .total_cmp(&costs[a])
-                .then(task.tables[b].size_bytes().cmp(&task.tables[a].size_bytes()))
-                .then(a.cmp(&b))
-        });
+        let sizes: Vec<u64> = task.tables.iter().map(TableSpec::size_bytes).collect();
+        let order = super::largest_first(&costs, &sizes);
         let caps = task.devices.mem_cap_bytes();
         let mut cost_sum = vec![0.0f64; caps.len()];
         let mut size_sum = vec![0u64; caps.len()];

@@ -149,14 +149,8 @@ impl DreamShardNets {
     #[must_use]
     pub fn order(&self, task: &Task, emb: &TaskEmbeddings) -> Vec<usize> {
         let single: Vec<f64> = emb.cost.iter().map(|e| self.device_costs(e).iter().sum()).collect();
-        let mut order: Vec<usize> = (0..task.tables.len()).collect();
-        order.sort_by(|&a, &b| {
-            single[b]
-                .total_cmp(&single[a])
-                .then(task.tables[b].size_bytes().cmp(&task.tables[a].size_bytes()))
-                .then(a.cmp(&b))
-        });
-        order
+        let sizes: Vec<u64> = task.tables.iter().map(crate::table::TableSpec::size_bytes).collect();
+        super::largest_first(&single, &sizes)
     }
 
     /// Places every table greedily (argmax over legal devices, ties → lowest index); returns each

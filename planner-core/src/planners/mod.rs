@@ -149,6 +149,15 @@ impl StatsCell {
     }
 }
 
+/// Indices `0..cost.len()` by decreasing `cost`, ties by decreasing `size`, then by index: the placement order
+/// of the greedy planners (largest, hardest-to-fit items first).
+#[must_use]
+pub fn largest_first(cost: &[f64], size: &[u64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..cost.len()).collect();
+    order.sort_by(|&a, &b| cost[b].total_cmp(&cost[a]).then(size[b].cmp(&size[a])).then(a.cmp(&b)));
+    order
+}
+
 /// Index of the largest of `values` whose `legal` flag is set (ties → lowest index); `None` when none is.
 /// The greedy action of the learned policies.
 #[must_use]

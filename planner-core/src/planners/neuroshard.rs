@@ -216,13 +216,8 @@ impl<'t> Search<'t> {
         for &id in &ids {
             single.push(self.ev.single_cost(id)?);
         }
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by(|&a, &b| {
-            single[b]
-                .total_cmp(&single[a])
-                .then(self.ev.pieces[ids[b] as usize].bytes.cmp(&self.ev.pieces[ids[a] as usize].bytes))
-                .then(a.cmp(&b))
-        });
+        let bytes: Vec<u64> = ids.iter().map(|&id| self.ev.pieces[id as usize].bytes).collect();
+        let order = super::largest_first(&single, &bytes);
         let total_dims: u64 = pieces.iter().map(|p| u64::from(p.2)).sum();
         let avg = total_dims as f64 / n_dev as f64;
         let limits: Vec<f64> = self.scales.iter().map(|s| s * avg).collect();
