@@ -7,7 +7,7 @@ use planner_core::dataset::{BackendKind, Hardware};
 use planner_core::table::{ElementType, TableSpec};
 use serde_json::json;
 
-use crate::cpu::{self, CommTimes, ComputeTimes, FusedSet};
+use crate::cpu::{self, Arena, CommTimes, ComputeTimes, FusedSet};
 use crate::workload::{Bags, CommSample};
 
 /// Timing protocol knobs shared by every measurement (SPEC section 4: 5 warm-up + 10 timed runs).
@@ -27,8 +27,6 @@ pub trait Backend {
     fn cache_flush(&self) -> bool;
     /// Devices available to an all-to-all (the CPU backend simulates any number with threads).
     fn max_comm_devices(&self) -> Option<usize>;
-    /// Devices a compute set can run on.
-    fn compute_devices(&self) -> usize;
     /// Bytes a compute set may occupy on `device` (weights; the buffers are small next to them).
     fn memory_bytes(&self, device: usize) -> Result<u64>;
     /// Times one fused forward + backward (SGD) over `tables` with `bags`, on `device`.
@@ -74,11 +72,13 @@ pub fn check_fits(backend: &dyn Backend, device: usize, tables: &[TableSpec]) ->
     Ok(())
 }
 
-/// The CPU backend: all threads of this machine, wall-clock timing.
+/// The CPU backend: all threads of this machine, wall-clock timing, weights in a reusable
+/// huge-page arena.
 pub struct CpuBackend {
     threads: usize,
     hardware: Hardware,
     flush: Vec<u8>,
+    arena: Arena,
 }
 
 fn read_text(path: &str) -> Option<String> {
@@ -128,15 +128,24 @@ impl CpuBackend {
             bail!("--threads = {threads} is invalid: use 1..=4096");
         }
         let model = cpu_model();
+        // Weights live on transparent huge pages when the kernel offers them, on 4 KiB pages otherwise;
+        // random row reads cost very differently on the two, so they are different hardware to a model.
+        let pages = if cpu::transparent_huge_pages_available() { "thp" } else { "4k" };
+        let llc = llc_bytes();
         let hardware = Hardware {
             backend: BackendKind::Cpu,
-            fingerprint: format!("cpu:{model}:{threads}t"),
+            fingerprint: format!("cpu:{model}:{threads}t:{pages}"),
             devices: vec![model],
-            software: format!("{threads} threads of {available}; shardplan-collect {}", env!("CARGO_PKG_VERSION")),
+            software: format!(
+                "{threads} threads of {available}; weights on {pages} pages; last-level cache {}; shardplan-collect {}",
+                llc.map_or_else(|| "unknown".into(), planner_core::units::format_bytes),
+                env!("CARGO_PKG_VERSION")
+            ),
         };
-        // Twice the last-level cache (64 MiB when unknown) is rewritten before every timed run.
-        let flush = if flush { vec![0u8; (2 * llc_bytes().unwrap_or(32 << 20)) as usize] } else { Vec::new() };
-        Ok(Self { threads, hardware, flush })
+        // Twice the last-level cache (64 MiB when unknown) is read before every timed run. It is written
+        // once here: a never-written buffer is the kernel's zero page and would flush nothing.
+        let flush = if flush { vec![1u8; (2 * llc.unwrap_or(32 << 20)) as usize] } else { Vec::new() };
+        Ok(Self { threads, hardware, flush, arena: Arena::default() })
     }
 }
 
@@ -172,12 +181,11 @@ impl Backend for CpuBackend {
         None
     }
 
-    fn compute_devices(&self) -> usize {
-        1
-    }
-
     fn memory_bytes(&self, _device: usize) -> Result<u64> {
-        meminfo_bytes("MemAvailable:").ok_or_else(|| anyhow::anyhow!("cannot read MemAvailable from /proc/meminfo"))
+        let available = meminfo_bytes("MemAvailable:")
+            .ok_or_else(|| anyhow::anyhow!("cannot read MemAvailable from /proc/meminfo"))?;
+        // The arena is reused for the next set, so its bytes count as available to it.
+        Ok(available.saturating_add(self.arena.bytes() as u64))
     }
 
     fn compute(
@@ -189,8 +197,9 @@ impl Backend for CpuBackend {
         timing: Timing,
     ) -> Result<ComputeTimes> {
         check_fp32(tables)?;
-        let mut set = FusedSet::new(tables, bags, seed, self.threads)?;
-        Ok(cpu::time_compute(&mut set, timing.warmup, timing.reps, self.threads, &mut self.flush))
+        let _ = seed; // the arena's weights are initialised once; their values do not change the cost
+        let mut set = FusedSet::in_arena(tables, bags, &mut self.arena, self.threads)?;
+        Ok(cpu::time_compute(&mut set, timing.warmup, timing.reps, self.threads, &self.flush))
     }
 
     fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes> {

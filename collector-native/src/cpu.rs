@@ -26,8 +26,10 @@ pub const LEARNING_RATE: f32 = 0.01;
 
 /// A fused set of tables ready to run: weights, lookups and the output layout `[batch × Σ dims]`
 /// (table `t` in columns `col_offsets[t]..col_offsets[t] + dims[t]`, as FBGEMM's TBE lays it out).
+/// The weights are owned vectors ([`FusedSet::new`], for tests and references) or slices of a reusable
+/// [`Arena`] ([`FusedSet::in_arena`], what the backend measures with).
 #[derive(Debug)]
-pub struct FusedSet {
+pub struct FusedSet<W = Vec<f32>> {
     /// Dim of each table.
     pub dims: Vec<usize>,
     /// First output column of each table.
@@ -37,11 +39,52 @@ pub struct FusedSet {
     /// Rows of each table.
     pub rows: Vec<usize>,
     /// Weights of each table, row-major `rows × dim`.
-    pub weights: Vec<Vec<f32>>,
+    pub weights: Vec<W>,
     /// Lookups of each table.
     pub bags: Vec<Bags>,
     /// Bags per table.
     pub batch: usize,
+}
+
+/// The shape of a set: dims, column offsets, rows and element counts per table; checks the bags.
+struct Shape {
+    dims: Vec<usize>,
+    col_offsets: Vec<usize>,
+    rows: Vec<usize>,
+    lens: Vec<usize>,
+    total_dim: usize,
+    batch: usize,
+}
+
+fn shape(tables: &[TableSpec], bags: &[Bags]) -> Result<Shape> {
+    if tables.is_empty() || tables.len() != bags.len() {
+        bail!(
+            "a fused set needs at least one table and one batch of lookups per table ({} tables, {} batches)",
+            tables.len(),
+            bags.len()
+        );
+    }
+    let batch = bags[0].batch();
+    let mut sh =
+        Shape { dims: Vec::new(), col_offsets: Vec::new(), rows: Vec::new(), lens: Vec::new(), total_dim: 0, batch };
+    for (table, b) in tables.iter().zip(bags) {
+        if b.batch() != batch {
+            bail!("table `{}` has {} bags, the set's batch is {batch}", table.name, b.batch());
+        }
+        if let Some(&i) = b.indices.iter().find(|&&i| u64::from(i) >= table.rows) {
+            bail!("table `{}`: lookup of row {i} but the table has {} rows", table.name, table.rows);
+        }
+        let n =
+            table.rows.checked_mul(u64::from(table.dim)).and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+                anyhow::anyhow!("table `{}` is too large for this machine's address space", table.name)
+            })?;
+        sh.lens.push(n);
+        sh.dims.push(table.dim as usize);
+        sh.rows.push(table.rows as usize);
+        sh.col_offsets.push(sh.total_dim);
+        sh.total_dim += table.dim as usize;
+    }
+    Ok(sh)
 }
 
 /// Deterministic small pseudo-random value in [-0.005, 0.005) from a counter (`SplitMix64`).
@@ -67,41 +110,94 @@ pub fn fill(buf: &mut [f32], seed: u64, threads: usize) {
     });
 }
 
-impl FusedSet {
+#[cfg(test)]
+impl FusedSet<Vec<f32>> {
     /// Allocates and initialises the weights of `tables` (fp32) with `bags` as their lookups.
     pub fn new(tables: &[TableSpec], bags: Vec<Bags>, seed: u64, threads: usize) -> Result<Self> {
-        if tables.is_empty() || tables.len() != bags.len() {
-            bail!(
-                "a fused set needs at least one table and one batch of lookups per table ({} tables, {} batches)",
-                tables.len(),
-                bags.len()
-            );
-        }
-        let batch = bags[0].batch();
-        let mut dims = Vec::new();
-        let mut col_offsets = Vec::new();
-        let mut rows = Vec::new();
+        let sh = shape(tables, &bags)?;
         let mut weights = Vec::new();
-        let mut total_dim = 0;
-        for (t, (table, b)) in tables.iter().zip(&bags).enumerate() {
-            if b.batch() != batch {
-                bail!("table `{}` has {} bags, the set's batch is {batch}", table.name, b.batch());
-            }
-            let n = usize::try_from(table.rows * u64::from(table.dim))
-                .map_err(|_| anyhow::anyhow!("table `{}` is too large for this machine's address space", table.name))?;
+        for (t, (table, &n)) in tables.iter().zip(&sh.lens).enumerate() {
             let mut w = Vec::new();
             w.try_reserve_exact(n)
                 .map_err(|_| anyhow::anyhow!("table `{}`: cannot allocate {} bytes of weights", table.name, n * 4))?;
             w.resize(n, 0.0);
             fill(&mut w, seed ^ (t as u64).wrapping_mul(0xA24B_AED4_963E_E407), threads);
             weights.push(w);
-            dims.push(table.dim as usize);
-            rows.push(table.rows as usize);
-            col_offsets.push(total_dim);
-            total_dim += table.dim as usize;
         }
+        let Shape { dims, col_offsets, rows, total_dim, batch, .. } = sh;
         Ok(Self { dims, col_offsets, total_dim, rows, weights, bags, batch })
     }
+}
+
+impl<'a> FusedSet<&'a mut [f32]> {
+    /// The set of `tables` with its weights in consecutive slices of `arena` (grown when too small;
+    /// the values are whatever earlier sets left there: they do not change the cost of a lookup).
+    pub fn in_arena(tables: &[TableSpec], bags: Vec<Bags>, arena: &'a mut Arena, threads: usize) -> Result<Self> {
+        let sh = shape(tables, &bags)?;
+        let weights = arena.slices(&sh.lens, threads)?;
+        let Shape { dims, col_offsets, rows, total_dim, batch, .. } = sh;
+        Ok(Self { dims, col_offsets, total_dim, rows, weights, bags, batch })
+    }
+}
+
+/// Reusable weight memory: one anonymous mapping, advised for transparent huge pages, initialised once
+/// and grown (never shrunk) when a set needs more. Reusing it means a measurement does not pay for
+/// page faults and zeroing, and every set sees memory in the same state; huge pages keep TLB misses
+/// from dominating random row reads the way 4 KiB pages do (a GPU's memory is mapped with large pages too).
+#[derive(Debug, Default)]
+pub struct Arena {
+    map: Option<memmap2::MmapMut>,
+}
+
+/// Arena growth step: sizes are rounded up to this many bytes, so a run grows it a few times at most.
+const ARENA_STEP_BYTES: usize = 256 << 20;
+
+impl Arena {
+    /// Bytes mapped now.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Consecutive slices of `lens` floats each, growing the mapping when needed.
+    pub fn slices(&mut self, lens: &[usize], threads: usize) -> Result<Vec<&mut [f32]>> {
+        let floats = lens.iter().try_fold(0usize, |a, &n| a.checked_add(n));
+        let bytes = floats
+            .and_then(|f| f.checked_mul(4))
+            .ok_or_else(|| anyhow::anyhow!("a set of {} tables overflows the address space", lens.len()))?;
+        if bytes > self.bytes() {
+            // Drop the old mapping first: holding both could need twice the memory.
+            self.map = None;
+            let size = bytes.div_ceil(ARENA_STEP_BYTES).max(1) * ARENA_STEP_BYTES;
+            let mut map = memmap2::MmapOptions::new()
+                .len(size)
+                .map_anon()
+                .map_err(|e| anyhow::anyhow!("cannot map {size} bytes for weights: {e}"))?;
+            // Advice the kernel cannot follow (huge pages off) leaves 4 KiB pages; the fingerprint says which.
+            let _ = map.advise(memmap2::Advice::HugePage);
+            let all: &mut [f32] = bytemuck::try_cast_slice_mut(&mut map[..])
+                .map_err(|e| anyhow::anyhow!("weight mapping is not f32-aligned: {e}"))?;
+            fill(all, 0x5EED_A7E4, threads);
+            self.map = Some(map);
+        }
+        let Some(map) = self.map.as_mut() else { bail!("the weight arena is not mapped") };
+        let mut rest: &mut [f32] = bytemuck::try_cast_slice_mut(&mut map[..])
+            .map_err(|e| anyhow::anyhow!("weight mapping is not f32-aligned: {e}"))?;
+        let mut out = Vec::with_capacity(lens.len());
+        for &n in lens {
+            let (mine, tail) = rest.split_at_mut(n);
+            out.push(mine);
+            rest = tail;
+        }
+        Ok(out)
+    }
+}
+
+/// Whether transparent huge pages can back an advised mapping (`enabled` is `always` or `madvise`).
+#[must_use]
+pub fn transparent_huge_pages_available() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|t| t.contains("[always]") || t.contains("[madvise]"))
 }
 
 /// Bytes the forward and the backward of a fused set touch (`docs/COLLECTOR.md`, "Effective
@@ -126,7 +222,7 @@ pub fn bytes_touched(tables: &[TableSpec], bags: &[Bags]) -> (u64, u64) {
 
 /// Fused forward: `out[b, col_offsets[t]..][..dims[t]] = Σ_{i in bag b of t} weights[t][i]`.
 /// `out` has `batch × total_dim` elements; bags are split evenly across `threads`.
-pub fn forward(set: &FusedSet, out: &mut [f32], threads: usize) {
+pub fn forward<W: AsRef<[f32]> + Sync>(set: &FusedSet<W>, out: &mut [f32], threads: usize) {
     assert_eq!(out.len(), set.batch * set.total_dim, "output buffer shape is fixed by the set");
     let per = set.batch.div_ceil(threads.max(1)).max(1);
     let run = |b0: usize, chunk: &mut [f32]| {
@@ -136,7 +232,7 @@ pub fn forward(set: &FusedSet, out: &mut [f32], threads: usize) {
                 let d = set.dims[t];
                 let dst = &mut row_out[set.col_offsets[t]..set.col_offsets[t] + d];
                 dst.fill(0.0);
-                let w = &set.weights[t];
+                let w = set.weights[t].as_ref();
                 for &i in &bags.indices[bags.offsets[b] as usize..bags.offsets[b + 1] as usize] {
                     let src = &w[i as usize * d..i as usize * d + d];
                     for (o, x) in dst.iter_mut().zip(src) {
@@ -174,7 +270,13 @@ fn owner_start(owner: usize, rows: usize, threads: usize) -> usize {
 /// Fused backward with SGD: for every lookup of row `i` in bag `b` of table `t`,
 /// `weights[t][i] -= lr · grad[b, col_offsets[t]..][..dims[t]]`. Correct under duplicate indices
 /// (see the module doc).
-pub fn backward_sgd(set: &mut FusedSet, grad: &[f32], lr: f32, threads: usize, scratch: &mut BackwardScratch) {
+pub fn backward_sgd<W: AsMut<[f32]>>(
+    set: &mut FusedSet<W>,
+    grad: &[f32],
+    lr: f32,
+    threads: usize,
+    scratch: &mut BackwardScratch,
+) {
     assert_eq!(grad.len(), set.batch * set.total_dim, "gradient buffer shape is fixed by the set");
     let threads = threads.max(1);
     let n_tables = set.bags.len();
@@ -218,7 +320,7 @@ pub fn backward_sgd(set: &mut FusedSet, grad: &[f32], lr: f32, threads: usize, s
     let mut per_owner: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::with_capacity(n_tables)).collect();
     for (t, w) in set.weights.iter_mut().enumerate() {
         let (rows, d) = (set.rows[t], set.dims[t]);
-        let mut rest: &mut [f32] = w;
+        let mut rest: &mut [f32] = w.as_mut();
         for (o, slot) in per_owner.iter_mut().enumerate() {
             let (start, end) = (owner_start(o, rows, threads), owner_start(o + 1, rows, threads));
             let (mine, tail) = rest.split_at_mut((end - start) * d);
@@ -254,12 +356,20 @@ pub fn backward_sgd(set: &mut FusedSet, grad: &[f32], lr: f32, threads: usize, s
     }
 }
 
-/// Touches `buf` (read and write) so that earlier data leaves the caches.
-pub fn flush_cache(buf: &mut [u8]) {
-    for x in buf.iter_mut().step_by(64) {
-        *x = x.wrapping_add(1);
-    }
-    std::hint::black_box(buf);
+/// Reads one byte of every cache line of `buf` on `threads` threads, so that earlier data leaves the
+/// caches. The buffer must have been written once (a never-written buffer maps the shared zero page and
+/// evicts nothing). Reading, not writing, leaves clean lines behind: the timed run that follows does not
+/// pay to write the flush buffer back.
+pub fn flush_cache(buf: &[u8], threads: usize) {
+    let part = buf.len().div_ceil(threads.max(1)).max(64);
+    let sums: Vec<u8> = std::thread::scope(|s| {
+        let handles: Vec<_> = buf
+            .chunks(part)
+            .map(|c| s.spawn(move || c.iter().step_by(64).fold(0u8, |a, &x| a.wrapping_add(x))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+    });
+    std::hint::black_box(sums);
 }
 
 /// Forward and backward times of every timed repetition, ms.
@@ -273,7 +383,13 @@ pub struct ComputeTimes {
 
 /// Runs `warmup` + `reps` forward+backward iterations and times the last `reps` (wall clock).
 /// `flush` (if non-empty) is written before every iteration.
-pub fn time_compute(set: &mut FusedSet, warmup: u32, reps: u32, threads: usize, flush: &mut [u8]) -> ComputeTimes {
+pub fn time_compute<W: AsRef<[f32]> + AsMut<[f32]> + Sync>(
+    set: &mut FusedSet<W>,
+    warmup: u32,
+    reps: u32,
+    threads: usize,
+    flush: &[u8],
+) -> ComputeTimes {
     let mut out = vec![0.0f32; set.batch * set.total_dim];
     let mut grad = vec![0.0f32; set.batch * set.total_dim];
     fill(&mut grad, 0x6772_6164, threads);
@@ -281,7 +397,7 @@ pub fn time_compute(set: &mut FusedSet, warmup: u32, reps: u32, threads: usize, 
     let mut times = ComputeTimes::default();
     for it in 0..warmup + reps {
         if !flush.is_empty() {
-            flush_cache(flush);
+            flush_cache(flush, threads);
         }
         let t0 = Instant::now();
         forward(set, &mut out, threads);

@@ -29,6 +29,7 @@ mod backend;
 mod collect;
 mod cpu;
 mod cuda;
+mod guard;
 mod measure;
 mod workload;
 
@@ -39,8 +40,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use planner_core::dataset::{
-    CostRecord, DATASET_SCHEMA, HardwarePolicy, Measurement, Protocol, RunInfo, TableRecord, Timings, fnv1a64,
-    parse_dataset,
+    CostRecord, DATASET_SCHEMA, HardwarePolicy, Measurement, Protocol, RunInfo, SetRequest, TableRecord, Timings,
+    fnv1a64, parse_dataset,
 };
 use planner_core::features::FeatureSchema;
 use planner_core::pool::dlrm_pool;
@@ -49,6 +50,8 @@ use planner_core::task::task_seed;
 
 use crate::backend::{Backend, CpuBackend, Timing, check_fits, check_fp32};
 use crate::collect::{RunPlan, Shard};
+use crate::guard::{Guard, GuardLimits};
+use crate::workload::{Sampler, WorkPiece};
 
 /// Command line of `shardplan-collect`.
 #[derive(Parser, Debug)]
@@ -57,7 +60,7 @@ use crate::collect::{RunPlan, Shard};
     version,
     about = "Measure embedding-bag compute and all-to-all costs into cost datasets"
 )]
-struct Cli {
+pub struct Cli {
     /// Where to measure.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu, global = true)]
     backend: BackendArg,
@@ -67,6 +70,19 @@ struct Cli {
     /// No progress bar.
     #[arg(long, global = true)]
     quiet: bool,
+    /// Record measurements even while other processes run (turns the contention guard off).
+    #[arg(long, global = true)]
+    no_guard: bool,
+    /// Measurements of one sample the contention guard may throw away (pausing 1, 2, 4, … s between
+    /// tries) before the run stops.
+    #[arg(long, global = true, default_value_t = 6)]
+    guard_retries: u32,
+    /// Largest share of the machine's CPU time other processes may use while a sample is timed, percent.
+    #[arg(long, global = true, default_value_t = 10.0)]
+    guard_max_busy_pct: f64,
+    /// Largest reference-kernel time after a sample over its baseline.
+    #[arg(long, global = true, default_value_t = 1.35)]
+    guard_max_reference_ratio: f64,
     #[command(subcommand)]
     command: Command,
 }
@@ -85,7 +101,9 @@ enum Command {
     Compute(ComputeArgs),
     /// Time forward/backward all-to-all of random per-device dims with start delays.
     Comm(CommArgs),
-    /// Measure the real per-device cost of a plan file written by `shardplan plan`.
+    /// Time the sets a file asks for (`shardplan.set-request/v1` lines) into a compute dataset.
+    Sets(SetsArgs),
+    /// Measure the real per-device cost of plan files written by `shardplan plan`, in interleaved rounds.
     MeasurePlan(measure::MeasurePlanArgs),
     /// Validate datasets (schema, hardware, duplicates) and print a summary.
     Check(CheckArgs),
@@ -133,12 +151,47 @@ struct ComputeArgs {
     /// augmented to dims {4, 8, 16, 32, 64, 128}.
     #[arg(long)]
     tables: Option<PathBuf>,
-    /// Most tables in a set (sets have 1..=max tables).
+    /// Most tables in a SPEC set (SPEC sets have 1..=max tables; plan-like sets up to 30 pieces).
     #[arg(long, default_value_t = 15)]
     max_tables: usize,
     /// Memory cap of a set (e.g. 4GiB); tables larger than it are never drawn.
     #[arg(long, default_value = "4GiB")]
     mem_cap: String,
+    /// How sets are drawn: `spec` (SPEC section 4) or `mixed` (also row-wise pieces, up to 30 pieces,
+    /// large tables alone and sets near the cap).
+    #[arg(long, value_enum, default_value_t = Sampler::Mixed)]
+    sampler: Sampler,
+}
+
+#[derive(Args, Debug)]
+struct SetsArgs {
+    #[command(flatten)]
+    common: SetsCommon,
+    /// Set requests, one `shardplan.set-request/v1` JSON object per line; line `i` becomes sample `i`.
+    #[arg(long)]
+    requests: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+struct SetsCommon {
+    /// Continue an existing --out file (repairs a truncated last line).
+    #[arg(long)]
+    resume: bool,
+    /// Bags per table (samples in the batch).
+    #[arg(long, default_value_t = 65_536)]
+    batch_size: u32,
+    /// Output JSON Lines file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Untimed runs before the timed ones.
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
+    /// Timed runs (the median is recorded with every run).
+    #[arg(long, default_value_t = 10)]
+    reps: u32,
+    /// Do not flush caches before timed runs.
+    #[arg(long)]
+    no_flush: bool,
 }
 
 #[derive(Args, Debug)]
@@ -148,6 +201,10 @@ struct CommArgs {
     /// Devices taking part in the all-to-all (threads on the CPU backend, GPUs on CUDA).
     #[arg(long, default_value_t = 4)]
     devices: usize,
+    /// Start delays are drawn in [0, diff) with diff uniform in [1, this) ms (SPEC section 4: 20; raise it
+    /// where plans' devices finish their compute further apart).
+    #[arg(long, default_value_t = 20.0)]
+    max_delay_ms: f64,
 }
 
 #[derive(Args, Debug)]
@@ -240,9 +297,11 @@ fn run(cli: &Cli) -> Result<i32> {
         }
         Command::Compute(args) => compute(cli, args),
         Command::Comm(args) => comm(cli, args),
+        Command::Sets(args) => sets(cli, args),
         Command::MeasurePlan(args) => {
             let mut backend = make_backend(cli, !args.no_flush)?;
-            measure::measure_plan(backend.as_mut(), args)?;
+            let mut guard = start_guard(cli, backend.as_mut(), args.batch_size)?;
+            measure::measure_plan(backend.as_mut(), &mut guard, args, cli.quiet)?;
             Ok(0)
         }
         Command::Check(args) => check(args),
@@ -263,18 +322,111 @@ fn validate_common(c: &CollectArgs) -> Result<()> {
     Ok(())
 }
 
-fn template(backend: &dyn Backend, c: &CollectArgs, pool: String, measurement: Measurement) -> CostRecord {
+fn template(
+    backend: &dyn Backend,
+    c: &CollectArgs,
+    pool: String,
+    sampler: Option<String>,
+    measurement: Measurement,
+) -> CostRecord {
     CostRecord {
         schema: DATASET_SCHEMA.into(),
         sample_index: 0,
-        run: RunInfo { seed: c.seed, pool, shard_index: c.shard.index, shard_count: c.shard.count },
+        run: RunInfo { seed: c.seed, pool, shard_index: c.shard.index, shard_count: c.shard.count, sampler },
         hardware: backend.hardware().clone(),
         batch_size: c.batch_size,
         dtype: ElementType::Fp32,
         feature_schema: FeatureSchema::NeuroShard20,
         protocol: Protocol { warmup: c.warmup, reps: c.reps, cache_flush: backend.cache_flush() },
         measurement,
+        conditions: None,
     }
+}
+
+/// The contention guard's limits from the command line.
+fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
+    if !(cli.guard_max_busy_pct.is_finite() && (0.0..=100.0).contains(&cli.guard_max_busy_pct)) {
+        bail!("--guard-max-busy-pct = {} is invalid: a percentage in 0..=100", cli.guard_max_busy_pct);
+    }
+    if !(cli.guard_max_reference_ratio.is_finite() && cli.guard_max_reference_ratio >= 1.0) {
+        bail!("--guard-max-reference-ratio = {} is invalid: at least 1", cli.guard_max_reference_ratio);
+    }
+    if cli.guard_retries > 100 {
+        bail!("--guard-retries = {} is invalid: at most 100", cli.guard_retries);
+    }
+    Ok(GuardLimits {
+        max_other_busy_pct: cli.guard_max_busy_pct,
+        max_steal_pct: GuardLimits::default().max_steal_pct,
+        max_reference_ratio: cli.guard_max_reference_ratio,
+        max_retries: cli.guard_retries,
+    })
+}
+
+/// Starts the contention guard for a run (or none with `--no-guard`).
+pub fn start_guard(cli: &Cli, backend: &mut dyn Backend, batch: u32) -> Result<Guard> {
+    let limits = guard_limits(cli)?;
+    if cli.no_guard {
+        return Ok(Guard::off());
+    }
+    let g = Guard::start(backend, batch, limits)?;
+    if let Some(b) = g.baseline_ms() {
+        eprintln!("contention guard: reference kernel baseline {b:.3} ms");
+    }
+    Ok(g)
+}
+
+/// The compute record of a measured set of pieces.
+fn compute_record(
+    tpl: &CostRecord,
+    g: u64,
+    pieces: &[WorkPiece],
+    lookups: &[u64],
+    times: cpu::ComputeTimes,
+    conditions: planner_core::dataset::Conditions,
+) -> CostRecord {
+    let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
+    let mut r = tpl.clone();
+    r.sample_index = g;
+    r.measurement = Measurement::Compute {
+        tables: pieces
+            .iter()
+            .zip(lookups)
+            .map(|(p, &l)| TableRecord::piece(&p.table, p.rows, p.rows.map(|_| l)))
+            .collect(),
+        fwd: Timings::from_reps(times.fwd_ms),
+        bwd: Timings::from_reps(times.bwd_ms),
+        total: Timings::from_reps(total),
+    };
+    r.conditions = Some(conditions);
+    r
+}
+
+/// Times one prepared set on device 0 under the guard.
+fn time_pieces(
+    backend: &mut dyn Backend,
+    guard: &mut Guard,
+    g: u64,
+    pieces: &[WorkPiece],
+    bags: Vec<workload::Bags>,
+    timing: Timing,
+) -> Result<(cpu::ComputeTimes, planner_core::dataset::Conditions)> {
+    let tables: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
+    check_fits(backend, 0, &tables)?;
+    guard.measure(backend, &format!("sample {g}"), true, |b| b.compute(0, &tables, bags.clone(), 0, timing))
+}
+
+/// Writes through a temporary file in the same directory and a rename: a failed write never leaves a
+/// half-written file where an earlier result was.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
+    let result = std::fs::write(&tmp, bytes)
+        .with_context(|| format!("writing {}", tmp.display()))
+        .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display())));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// The base tables to augment: the built-in pool or a user's file, and the pool's provenance label.
@@ -345,33 +497,93 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
         bwd: Timings::from_reps(vec![]),
         total: Timings::from_reps(vec![]),
     };
-    let tpl = template(backend.as_ref(), c, pool_label, empty);
+    // Records of the SPEC sampler carry no sampler name, as before samplers were named.
+    let sampler = (args.sampler != Sampler::Spec).then(|| args.sampler.name().to_string());
+    let tpl = template(backend.as_ref(), c, pool_label, sampler, empty);
     let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
     let timing = Timing { warmup: c.warmup, reps: c.reps };
+    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
     let prepare = |g: u64| {
         let seed = task_seed(c.seed, g as usize);
-        let set = workload::sample_compute_set(&candidates, args.max_tables, mem_cap, seed)?;
-        let bags = set
-            .iter()
-            .enumerate()
-            .map(|(k, t)| workload::generate_bags(t, c.batch_size, task_seed(seed, k)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok((seed, set, bags))
+        let set = workload::sample_set(&candidates, args.sampler, args.max_tables, mem_cap, seed)?;
+        let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
+        Ok((set, bags))
     };
-    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (seed, set, bags)| {
-        check_fits(backend.as_ref(), 0, &set)?;
-        let times = backend.compute(0, &set, bags, seed, timing)?;
-        let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
-        let mut r = tpl.clone();
-        r.sample_index = g;
-        r.measurement = Measurement::Compute {
-            tables: set.iter().map(TableRecord::new).collect(),
-            fwd: Timings::from_reps(times.fwd_ms),
-            bwd: Timings::from_reps(times.bwd_ms),
-            total: Timings::from_reps(total),
-        };
-        Ok(r)
+    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
+        let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
+        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, bags, timing)?;
+        Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
+    })?;
+    Ok(report(&summary, &c.out))
+}
+
+fn sets(cli: &Cli, args: &SetsArgs) -> Result<i32> {
+    let c = &args.common;
+    if c.batch_size == 0 || c.batch_size > 1 << 22 {
+        bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
+    }
+    if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
+        bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
+    }
+    let text = std::fs::read_to_string(&args.requests)
+        .with_context(|| format!("reading --requests {}", args.requests.display()))?;
+    let mut requests: Vec<Vec<WorkPiece>> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let context = format!("{} line {}", args.requests.display(), i + 1);
+        let req: SetRequest = serde_json::from_str(line).with_context(|| context.clone())?;
+        let pieces = req.validate(&context)?;
+        let pieces: Vec<WorkPiece> =
+            pieces.into_iter().map(|(table, rows, lookup_seed)| WorkPiece { table, rows, lookup_seed }).collect();
+        check_fp32(&pieces.iter().map(|p| p.table.clone()).collect::<Vec<_>>()).with_context(|| context.clone())?;
+        requests.push(pieces);
+    }
+    if requests.is_empty() {
+        bail!("--requests {} holds no set", args.requests.display());
+    }
+    let mut backend = make_backend(cli, !c.no_flush)?;
+    let name = args.requests.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let common = CollectArgs {
+        samples: requests.len() as u64,
+        seed: 0,
+        shard: Shard { index: 0, count: 1 },
+        resume: c.resume,
+        batch_size: c.batch_size,
+        out: c.out.clone(),
+        warmup: c.warmup,
+        reps: c.reps,
+        no_flush: c.no_flush,
+    };
+    let empty = Measurement::Compute {
+        tables: Vec::new(),
+        fwd: Timings::from_reps(vec![]),
+        bwd: Timings::from_reps(vec![]),
+        total: Timings::from_reps(vec![]),
+    };
+    let sampler = format!("requests:{name}#{:016x}", fnv1a64(text.as_bytes()));
+    let tpl = template(backend.as_ref(), &common, "requests".into(), Some(sampler), empty);
+    let plan = RunPlan {
+        out: c.out.clone(),
+        samples: common.samples,
+        shard: common.shard,
+        resume: c.resume,
+        quiet: cli.quiet,
+    };
+    let stop = install_stop_handler()?;
+    let timing = Timing { warmup: c.warmup, reps: c.reps };
+    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
+    let prepare = |g: u64| {
+        let set = requests[g as usize].clone();
+        let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
+        Ok((set, bags))
+    };
+    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
+        let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
+        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, bags, timing)?;
+        Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
     })?;
     Ok(report(&summary, &c.out))
 }
@@ -406,14 +618,23 @@ fn comm(cli: &Cli, args: &CommArgs) -> Result<i32> {
         fw: Vec::new(),
         bw: Vec::new(),
     };
-    let tpl = template(backend.as_ref(), c, format!("comm:d{}", args.devices), empty);
+    // The SPEC's delays carry no sampler name; wider ones say so, so a resumed file cannot mix them.
+    let sampler = (args.max_delay_ms != 20.0).then(|| format!("delays<{}ms", args.max_delay_ms));
+    let tpl = template(backend.as_ref(), c, format!("comm:d{}", args.devices), sampler, empty);
     let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
     let timing = Timing { warmup: c.warmup, reps: c.reps };
-    let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize)));
+    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
+    if !(args.max_delay_ms.is_finite() && args.max_delay_ms > 1.0 && args.max_delay_ms <= 10_000.0) {
+        bail!("--max-delay-ms = {} is invalid: use a number in (1, 10000]", args.max_delay_ms);
+    }
+    let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize), args.max_delay_ms));
     let summary = collect::run(&plan, &tpl, &stop, prepare, |g, sample| {
-        let times = backend.comm(&sample, c.batch_size as usize, timing)?;
+        let (times, conditions) = guard.measure(backend.as_mut(), &format!("sample {g}"), false, |b| {
+            b.comm(&sample, c.batch_size as usize, timing)
+        })?;
         let mut r = tpl.clone();
+        r.conditions = Some(conditions);
         r.sample_index = g;
         r.measurement = Measurement::Comm {
             dim_sums: sample.dim_sums(),
@@ -499,13 +720,10 @@ fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {
     let t0 = std::time::Instant::now();
     for g in 0..args.compute_samples {
         let seed = task_seed(args.seed, g as usize);
-        let set = workload::sample_compute_set(&candidates, args.max_tables, mem_cap, seed)?;
+        let pieces = workload::sample_set(&candidates, Sampler::Spec, args.max_tables, mem_cap, seed)?;
+        let set: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
         check_fits(backend.as_ref(), 0, &set)?;
-        let bags = set
-            .iter()
-            .enumerate()
-            .map(|(k, t)| workload::generate_bags(t, args.batch_size, task_seed(seed, k)))
-            .collect::<Result<Vec<_>>>()?;
+        let bags = pieces.iter().map(|p| p.bags(args.batch_size)).collect::<Result<Vec<_>>>()?;
         if let Some(dir) = &args.dump {
             dump_workload(dir, g, args.batch_size, &set, &bags)?;
         }
@@ -524,7 +742,7 @@ fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {
     let compute_s = t0.elapsed().as_secs_f64();
     let t1 = std::time::Instant::now();
     for g in 0..args.comm_samples {
-        let sample = workload::sample_comm(args.devices, task_seed(args.seed, g as usize));
+        let sample = workload::sample_comm(args.devices, task_seed(args.seed, g as usize), 20.0);
         backend.comm(&sample, args.batch_size as usize, timing)?;
     }
     let comm_s = t1.elapsed().as_secs_f64();

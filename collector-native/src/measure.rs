@@ -1,44 +1,61 @@
-//! `measure-plan`: the real cost of a plan, in the same breakdown the planner predicts
-//! (per device compute, forward comm, backward comm, total; bottleneck; cost). This is the ground
-//! truth benchmarks judge planners by.
+//! `measure-plan`: the measured cost of plans, in the breakdown the planner predicts (per device
+//! compute, forward and backward all-to-all, total; the bottleneck; the cost). This is the judge the
+//! benchmarks and the calibration loop trust, so it is built to survive a noisy machine:
 //!
-//! Procedure (NeuroShard definition, SPEC section 1): measure every device's fused set; measure the
-//! backward all-to-all of the per-device dims (no delays); derive each device's start delay from
-//! measured compute + backward comm; measure the forward all-to-all with those delays. With
-//! `--definition four-phase` the forward all-to-all runs without delays. Pieces of a split table
-//! share the table's lookups (same seed), as the columns of one table do in training.
+//! * **Rounds, interleaved.** Every distinct device set of every plan given is timed once per round, in
+//!   a new seeded random order each round, and every plan's all-to-alls once per round; a slow spell of
+//!   the machine then falls on all competing plans alike instead of on whichever was measured last.
+//!   Device sets shared by several plans (the same pieces with the same lookups) are timed once.
+//! * **Medians.** A device's compute is the median over rounds of each round's median over the timed
+//!   runs; the report's cost is the largest device total of those medians; every round's own plan cost
+//!   is kept, with their coefficient of variation.
+//! * **The contention guard** (`guard.rs`) re-measures a set timed while something else ran.
+//!
+//! Procedure per plan and round (NeuroShard definition, SPEC section 1): the devices' fused sets (from
+//! the shared schedule); the backward all-to-all of the per-device dims (no delays); each device's
+//! start delay from compute + backward comm ([`start_delays_ms`]); the forward all-to-all with those
+//! delays. With `--definition four-phase` the forward all-to-all runs without delays. Pieces of a table
+//! share its lookups (seed `task_seed(seed, table_id)`); a row-wise piece serves the table's lookups
+//! that fall in its rows (`workload::piece_bags`).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use planner_core::cost::{ComputeSplit, CostDefinition, DeviceReport, PlanReport};
+use planner_core::cost::{ComputeSplit, CostDefinition, DeviceReport, PlanReport, bottleneck, start_delays_ms};
 use planner_core::dataset::{Protocol, median};
-use planner_core::document::PlanDocument;
+use planner_core::document::{MEASURED_SCHEMA, MeasuredPlan, MeasuredPlans, PlanDocument};
+use planner_core::plan::Plan;
 use planner_core::table::TableSpec;
 use planner_core::task::task_seed;
-use serde_json::json;
+use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 
 use crate::backend::{Backend, Timing, check_fits, check_fp32};
-use crate::workload::{CommSample, generate_bags};
+use crate::guard::Guard;
+use crate::workload::{Bags, CommSample, WorkPiece};
 
 /// Options of `measure-plan`.
 #[derive(Args, Debug)]
 pub struct MeasurePlanArgs {
-    /// Plan file (`shardplan.plan/v1`).
-    pub plan: PathBuf,
+    /// Plan files (`shardplan.plan/v1`), measured together in interleaved rounds.
+    #[arg(required = true)]
+    pub plans: Vec<PathBuf>,
     /// Bags per table.
     #[arg(long, default_value_t = 65_536)]
     pub batch_size: u32,
-    /// Seed of the synthetic lookups.
+    /// Seed of the synthetic lookups and of the measuring order.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Untimed runs.
-    #[arg(long, default_value_t = 5)]
+    /// Untimed runs per set and round.
+    #[arg(long, default_value_t = 2)]
     pub warmup: u32,
-    /// Timed runs.
+    /// Timed runs per set and round.
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
+    /// Rounds over all sets and plans.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
     /// Cost definition.
     #[arg(long, value_enum, default_value_t = DefinitionArg::NeuroShard)]
     pub definition: DefinitionArg,
@@ -64,190 +81,342 @@ pub enum DefinitionArg {
     FourPhase,
 }
 
-/// Schema tag of measure-plan reports.
-pub const MEASURED_PLAN_SCHEMA: &str = "shardplan.measured-plan/v1";
-
-/// Runs `measure-plan`.
-pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result<()> {
-    if args.batch_size == 0 || args.reps == 0 {
-        anyhow::bail!("--batch-size = {} and --reps = {} must both be at least 1", args.batch_size, args.reps);
-    }
-    let text = std::fs::read_to_string(&args.plan).with_context(|| format!("reading plan {}", args.plan.display()))?;
-    let (doc, plan) =
-        PlanDocument::from_json(&text).with_context(|| format!("parsing plan {}", args.plan.display()))?;
-    let task = &doc.task;
-    check_fp32(&task.tables)?;
-    let n = task.devices.count();
-    if let Some(max) = backend.max_comm_devices()
-        && n > max
-        && !args.comm_from_plan
-    {
-        anyhow::bail!(
-            "the plan has {n} devices but the {} backend sees {max}; pass --comm-from-plan to measure compute only",
-            backend.hardware().backend.name()
-        );
-    }
-    if args.comm_from_plan && doc.report.devices.len() != n {
-        anyhow::bail!("--comm-from-plan: the plan's report has {} devices, its task {n}", doc.report.devices.len());
-    }
-    if (args.batch_size as usize) < n {
-        anyhow::bail!("--batch-size = {} is smaller than the plan's {n} devices", args.batch_size);
-    }
-    let timing = Timing { warmup: args.warmup, reps: args.reps };
-    let by_device = plan.pieces_by_device(n);
-    let pieces = plan.pieces();
-    let mut devices = Vec::with_capacity(n);
-    let mut device_dims = Vec::with_capacity(n);
-    for (device, idx) in by_device.iter().enumerate() {
-        let set: Vec<TableSpec> = idx
-            .iter()
-            .map(|&i| {
-                let p = pieces[i];
-                let mut t = task.tables[p.table_id].clone();
-                t.name = format!("{}[{}..{}]", t.name, p.col_offset, p.col_offset + p.dim);
-                t.dim = p.dim;
-                // A row-wise piece is measured as the cost models price it: a table of its own rows
-                // serving its share of the lookups, with the table's access distribution.
-                if let Some(r) = p.rows
-                    && r.count < t.rows
-                {
-                    t.pooling_factor *= r.count as f64 / t.rows as f64;
-                    t.name = format!("{}[rows {}..{}]", t.name, r.offset, r.offset + r.count);
-                    t.rows = r.count;
-                }
-                t
-            })
-            .collect();
-        let (compute_ms, split) = if set.is_empty() {
-            (0.0, ComputeSplit { fwd_ms: 0.0, bwd_ms: 0.0 })
-        } else {
-            let on = device % backend.compute_devices();
-            check_fits(backend, on, &set).with_context(|| format!("device {device} of the plan"))?;
-            let bags = idx
-                .iter()
-                .zip(&set)
-                .map(|(&i, t)| generate_bags(t, args.batch_size, task_seed(args.seed, pieces[i].table_id)))
-                .collect::<Result<Vec<_>>>()?;
-            let times = backend.compute(on, &set, bags, task_seed(args.seed, 1 << 20 | device), timing)?;
-            let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
-            (median(&total), ComputeSplit { fwd_ms: median(&times.fwd_ms), bwd_ms: median(&times.bwd_ms) })
-        };
-        device_dims.push(set.iter().map(|t| t.dim).collect::<Vec<u32>>());
-        devices.push(DeviceReport {
-            device,
-            pieces: set.iter().map(|t| t.name.clone()).collect(),
-            bytes: set.iter().map(TableSpec::size_bytes).sum(),
-            mem_cap_bytes: task.devices.mem_cap_bytes()[device],
-            dim_sum: set.iter().map(|t| u64::from(t.dim)).sum(),
-            compute_ms,
-            compute_split: Some(split),
-            fw_comm_ms: 0.0,
-            bw_comm_ms: 0.0,
-            delay_ms: 0.0,
-            total_ms: 0.0,
-        });
-    }
-    let batch = args.batch_size as usize;
-    let (definition, delays, fw, bw) = if args.comm_from_plan {
-        let p = &doc.report.devices;
-        let definition = match args.definition {
-            DefinitionArg::FourPhase => CostDefinition::FourPhase,
-            DefinitionArg::NeuroShard => CostDefinition::NeuroShard,
-        };
-        (
-            definition,
-            p.iter().map(|d| d.delay_ms).collect(),
-            p.iter().map(|d| d.fw_comm_ms).collect(),
-            p.iter().map(|d| d.bw_comm_ms).collect(),
-        )
-    } else {
-        measure_comm(backend, args, device_dims, &devices, batch, timing)?
-    };
-    let comm_source = if args.comm_from_plan {
-        format!("modelled: taken from the plan's report ({})", doc.report.cost_model)
-    } else {
-        "measured".to_string()
-    };
-
-    let mut violations = Vec::new();
-    for (i, d) in devices.iter_mut().enumerate() {
-        d.bw_comm_ms = bw[i];
-        d.fw_comm_ms = fw[i];
-        d.delay_ms = delays[i];
-        d.total_ms = d.compute_ms + d.bw_comm_ms + d.fw_comm_ms;
-        if d.bytes > d.mem_cap_bytes {
-            violations.push(format!("device {i}: {} bytes placed, cap {}", d.bytes, d.mem_cap_bytes));
+impl DefinitionArg {
+    fn definition(self) -> CostDefinition {
+        match self {
+            Self::NeuroShard => CostDefinition::NeuroShard,
+            Self::FourPhase => CostDefinition::FourPhase,
         }
     }
-    let (bottleneck_device, cost_ms) = devices
-        .iter()
-        .map(|d| d.total_ms)
-        .enumerate()
-        .fold((0, f64::NEG_INFINITY), |b, (i, c)| if c > b.1 { (i, c) } else { b });
-    let measured = PlanReport {
-        cost_model: format!("measured:{}", backend.hardware().fingerprint),
-        definition,
-        cost_ms,
-        bottleneck_device,
-        feasible: violations.is_empty(),
-        violations,
-        devices,
+}
+
+/// Forward, backward and total medians of one timing of a set, with the repetitions' spread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SetTime {
+    /// Median forward + backward, ms.
+    pub total_ms: f64,
+    /// Median forward, ms.
+    pub fwd_ms: f64,
+    /// Median backward, ms.
+    pub bwd_ms: f64,
+    /// Coefficient of variation of the repetitions' totals.
+    pub reps_cv: f64,
+}
+
+/// Generates (and caches) the lookups of pieces: one table's batch is generated once per run.
+#[derive(Default)]
+pub struct BagCache {
+    bags: HashMap<String, Bags>,
+}
+
+impl BagCache {
+    /// The lookups of `piece` at `batch`.
+    pub fn get(&mut self, piece: &WorkPiece, batch: u32) -> Result<Bags> {
+        let key = piece.key()?;
+        if let Some(b) = self.bags.get(&key) {
+            return Ok(b.clone());
+        }
+        let b = piece.bags(batch)?;
+        self.bags.insert(key, b.clone());
+        Ok(b)
+    }
+}
+
+/// Coefficient of variation (sd / mean) of `v`; 0 for fewer than two values or a zero mean.
+#[must_use]
+pub fn cv(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+    var.sqrt() / mean
+}
+
+/// Times one set under the guard (fused forward + backward of all its pieces on device 0).
+pub fn time_set(
+    backend: &mut dyn Backend,
+    guard: &mut Guard,
+    cache: &mut BagCache,
+    pieces: &[WorkPiece],
+    batch: u32,
+    timing: Timing,
+    what: &str,
+) -> Result<(SetTime, planner_core::dataset::Conditions, Vec<u64>)> {
+    let tables: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
+    check_fp32(&tables)?;
+    check_fits(backend, 0, &tables).with_context(|| what.to_string())?;
+    let bags = pieces.iter().map(|p| cache.get(p, batch)).collect::<Result<Vec<_>>>()?;
+    let lookups = bags.iter().map(|b| b.indices.len() as u64).collect();
+    let (times, conditions) = guard.measure(backend, what, true, |b| b.compute(0, &tables, bags.clone(), 0, timing))?;
+    let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
+    let t = SetTime {
+        total_ms: median(&total),
+        fwd_ms: median(&times.fwd_ms),
+        bwd_ms: median(&times.bwd_ms),
+        reps_cv: cv(&total),
     };
-    print_comparison(&doc.report, &measured);
-    let out = json!({
-        "schema": MEASURED_PLAN_SCHEMA,
-        "plan": args.plan.display().to_string(),
-        "planner": doc.planner,
-        "hardware": backend.hardware(),
-        "batch_size": args.batch_size,
-        "seed": args.seed,
-        "protocol": Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush() },
-        "comm": comm_source,
-        "predicted": doc.report,
-        "measured": measured,
-    });
-    let text = serde_json::to_string_pretty(&out)? + "\n";
+    Ok((t, conditions, lookups))
+}
+
+/// The device sets of one plan: for every device, the pieces it holds (lookups seeded per table).
+fn device_sets(doc: &PlanDocument, plan: &Plan, seed: u64) -> Vec<Vec<WorkPiece>> {
+    let task = &doc.task;
+    let pieces = plan.pieces();
+    plan.pieces_by_device(task.devices.count())
+        .iter()
+        .map(|idx| {
+            idx.iter()
+                .map(|&i| {
+                    let p = pieces[i];
+                    let mut t = task.tables[p.table_id].clone();
+                    t.name = format!("{}[{}..{}]", t.name, p.col_offset, p.col_offset + p.dim);
+                    t.dim = p.dim;
+                    WorkPiece {
+                        table: t,
+                        rows: p.rows.filter(|r| r.count < task.tables[p.table_id].rows),
+                        lookup_seed: task_seed(seed, p.table_id),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs `measure-plan`.
+pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &MeasurePlanArgs, quiet: bool) -> Result<()> {
+    if args.batch_size == 0 || args.reps == 0 || args.rounds == 0 || args.rounds > 1000 {
+        anyhow::bail!(
+            "--batch-size = {}, --reps = {} and --rounds = {} must be at least 1 (rounds at most 1000)",
+            args.batch_size,
+            args.reps,
+            args.rounds
+        );
+    }
+    let mut docs = Vec::with_capacity(args.plans.len());
+    for path in &args.plans {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading plan {}", path.display()))?;
+        let (doc, plan) = PlanDocument::from_json(&text).with_context(|| format!("parsing plan {}", path.display()))?;
+        check_fp32(&doc.task.tables).with_context(|| format!("plan {}", path.display()))?;
+        let n = doc.task.devices.count();
+        if let Some(max) = backend.max_comm_devices()
+            && n > max
+            && !args.comm_from_plan
+        {
+            anyhow::bail!(
+                "plan {}: {n} devices but the {} backend sees {max}; pass --comm-from-plan to measure compute only",
+                path.display(),
+                backend.hardware().backend.name()
+            );
+        }
+        if args.comm_from_plan && doc.report.devices.len() != n {
+            anyhow::bail!(
+                "plan {}: --comm-from-plan needs a report of {n} devices, it has {}",
+                path.display(),
+                doc.report.devices.len()
+            );
+        }
+        if (args.batch_size as usize) < n {
+            anyhow::bail!(
+                "plan {}: --batch-size = {} is smaller than its {n} devices",
+                path.display(),
+                args.batch_size
+            );
+        }
+        docs.push((path.display().to_string(), doc, plan));
+    }
+    let timing = Timing { warmup: args.warmup, reps: args.reps };
+
+    // The distinct sets of all plans, and which set every device of every plan runs.
+    let mut set_index: HashMap<String, usize> = HashMap::new();
+    let mut sets: Vec<Vec<WorkPiece>> = Vec::new();
+    let mut plan_sets: Vec<Vec<Option<usize>>> = Vec::new();
+    for (_, doc, plan) in &docs {
+        let mut devs = Vec::new();
+        for set in device_sets(doc, plan, args.seed) {
+            if set.is_empty() {
+                devs.push(None);
+                continue;
+            }
+            let mut keys = set.iter().map(WorkPiece::key).collect::<Result<Vec<_>>>()?;
+            keys.sort();
+            let key = keys.join("|");
+            let next = sets.len();
+            let i = *set_index.entry(key).or_insert(next);
+            if i == next {
+                sets.push(set);
+            }
+            devs.push(Some(i));
+        }
+        plan_sets.push(devs);
+    }
+    let definition = args.definition.definition();
+    let rounds = args.rounds as usize;
+    let mut set_times: Vec<Vec<SetTime>> = vec![Vec::with_capacity(rounds); sets.len()];
+    // comm[plan][round] = (bw, delays, fw) per device
+    type Comm = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut comm: Vec<Vec<Comm>> = vec![Vec::with_capacity(rounds); docs.len()];
+    let mut cache = BagCache::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(task_seed(args.seed, 0x4A55));
+    let total_sets = sets.len() * rounds;
+    let mut done = 0usize;
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..sets.len()).collect();
+        order.shuffle(&mut rng);
+        for &s in &order {
+            let what = format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
+            let (t, _, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
+            set_times[s].push(t);
+            done += 1;
+            if !quiet {
+                eprint!("\rmeasured {done}/{total_sets} set timings");
+            }
+        }
+        let mut plan_order: Vec<usize> = (0..docs.len()).collect();
+        plan_order.shuffle(&mut rng);
+        for &p in &plan_order {
+            let (_, doc, _) = &docs[p];
+            let compute: Vec<f64> =
+                plan_sets[p].iter().map(|s| s.map_or(0.0, |s| set_times[s][round].total_ms)).collect();
+            let c = if args.comm_from_plan {
+                let d = &doc.report.devices;
+                (
+                    d.iter().map(|x| x.bw_comm_ms).collect(),
+                    d.iter().map(|x| x.delay_ms).collect(),
+                    d.iter().map(|x| x.fw_comm_ms).collect(),
+                )
+            } else {
+                let dims: Vec<Vec<u32>> = device_sets(doc, &docs[p].2, args.seed)
+                    .iter()
+                    .map(|s| s.iter().map(|m| m.table.dim).collect())
+                    .collect();
+                measure_comm(backend, guard, dims, &compute, definition, args.batch_size as usize, timing)?
+            };
+            comm[p].push(c);
+        }
+    }
+    if !quiet {
+        eprintln!();
+    }
+
+    let hardware = backend.hardware().clone();
+    let mut out = Vec::with_capacity(docs.len());
+    for (p, (path, doc, plan)) in docs.iter().enumerate() {
+        let labels = doc.report.devices.iter().map(|d| d.pieces.clone()).collect::<Vec<_>>();
+        let round_costs: Vec<f64> = (0..rounds)
+            .map(|r| {
+                let (bw, _, fw) = &comm[p][r];
+                let totals: Vec<f64> = plan_sets[p]
+                    .iter()
+                    .enumerate()
+                    .map(|(d, s)| s.map_or(0.0, |s| set_times[s][r].total_ms) + bw[d] + fw[d])
+                    .collect();
+                bottleneck(&totals).1
+            })
+            .collect();
+        let n = doc.task.devices.count();
+        let by_device = plan.pieces_by_device(n);
+        let mut devices = Vec::with_capacity(n);
+        let mut violations = Vec::new();
+        for d in 0..n {
+            let med = |f: &dyn Fn(&SetTime) -> f64| {
+                plan_sets[p][d].map_or(0.0, |s| median(&set_times[s].iter().map(f).collect::<Vec<_>>()))
+            };
+            let comm_med = |k: usize| median(&comm[p].iter().map(|c| [&c.0, &c.1, &c.2][k][d]).collect::<Vec<_>>());
+            let (compute_ms, bw, delay, fw) = (med(&|t| t.total_ms), comm_med(0), comm_med(1), comm_med(2));
+            let predicted = doc.report.devices.get(d);
+            let bytes = predicted.map_or_else(
+                || by_device[d].iter().map(|&i| doc.task.tables[plan.pieces()[i].table_id].size_bytes()).sum(),
+                |r| r.bytes,
+            );
+            let cap = doc.task.devices.mem_cap_bytes()[d];
+            if bytes > cap {
+                violations.push(format!("device {d}: {bytes} bytes placed, cap {cap}"));
+            }
+            devices.push(DeviceReport {
+                device: d,
+                pieces: labels.get(d).cloned().unwrap_or_default(),
+                bytes,
+                mem_cap_bytes: cap,
+                dim_sum: by_device[d].iter().map(|&i| u64::from(plan.pieces()[i].dim)).sum(),
+                compute_ms,
+                compute_interval_ms: None,
+                compute_split: Some(ComputeSplit { fwd_ms: med(&|t| t.fwd_ms), bwd_ms: med(&|t| t.bwd_ms) }),
+                fw_comm_ms: fw,
+                bw_comm_ms: bw,
+                delay_ms: delay,
+                total_ms: compute_ms + bw + fw,
+            });
+        }
+        let (bottleneck_device, cost_ms) = bottleneck(&devices.iter().map(|d| d.total_ms).collect::<Vec<_>>());
+        let measured = PlanReport {
+            cost_model: format!("measured:{}", hardware.fingerprint),
+            definition,
+            cost_ms,
+            cost_interval_ms: None,
+            bottleneck_device,
+            feasible: violations.is_empty(),
+            violations,
+            devices,
+        };
+        print_comparison(path, &doc.report, &measured, &round_costs);
+        out.push(MeasuredPlan {
+            plan: path.clone(),
+            planner: doc.planner.clone(),
+            predicted: doc.report.clone(),
+            measured,
+            cost_cv: cv(&round_costs),
+            round_costs_ms: round_costs,
+        });
+    }
+    let report = MeasuredPlans {
+        schema: MEASURED_SCHEMA.into(),
+        hardware,
+        batch_size: args.batch_size,
+        seed: args.seed,
+        protocol: Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush() },
+        rounds: args.rounds,
+        comm: if args.comm_from_plan { "modelled: taken from each plan's report".into() } else { "measured".into() },
+        plans: out,
+    };
+    let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => crate::write_atomic(p, text.as_bytes())?,
         None => print!("{text}"),
     }
     Ok(())
 }
 
-/// (definition, start delays, forward comm, backward comm), per device, in ms.
-type CommTimesPerDevice = (CostDefinition, Vec<f64>, Vec<f64>, Vec<f64>);
-
-/// Measures the all-to-all of a plan: backward without delays, then (NeuroShard) forward with the start
-/// delays that measured compute + backward comm create. Returns (definition, delays, fw, bw) per device.
+/// Measures one round of a plan's all-to-alls under the guard: backward without delays, then forward with
+/// the start delays that this round's compute and backward comm create. Returns (bw, delays, fw).
 fn measure_comm(
     backend: &mut dyn Backend,
-    args: &MeasurePlanArgs,
+    guard: &mut Guard,
     device_dims: Vec<Vec<u32>>,
-    devices: &[DeviceReport],
+    compute_ms: &[f64],
+    definition: CostDefinition,
     batch: usize,
     timing: Timing,
-) -> Result<CommTimesPerDevice> {
-    let n = devices.len();
+) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let n = device_dims.len();
     let no_delay = CommSample { device_dims: device_dims.clone(), delays_ms: vec![0.0; n] };
-    let first = backend.comm(&no_delay, batch, timing)?;
+    let (first, _) = guard.measure(backend, "backward all-to-all", false, |b| b.comm(&no_delay, batch, timing))?;
     let bw: Vec<f64> = first.bw_ms.iter().map(|v| median(v)).collect();
-    let (definition, delays, fw) = match args.definition {
-        DefinitionArg::FourPhase => {
-            (CostDefinition::FourPhase, vec![0.0; n], first.fw_ms.iter().map(|v| median(v)).collect::<Vec<_>>())
-        }
-        DefinitionArg::NeuroShard => {
-            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
-            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
-            let delays: Vec<f64> = start.iter().map(|s| s - min).collect();
-            let second = backend.comm(&CommSample { device_dims, delays_ms: delays.clone() }, batch, timing)?;
-            (CostDefinition::NeuroShard, delays, second.fw_ms.iter().map(|v| median(v)).collect())
-        }
-    };
-    Ok((definition, delays, fw, bw))
+    let delays = start_delays_ms(compute_ms, &bw, definition);
+    if definition == CostDefinition::FourPhase {
+        return Ok((bw, delays, first.fw_ms.iter().map(|v| median(v)).collect()));
+    }
+    let sample = CommSample { device_dims, delays_ms: delays.clone() };
+    let (second, _) = guard.measure(backend, "forward all-to-all", false, |b| b.comm(&sample, batch, timing))?;
+    Ok((bw, delays, second.fw_ms.iter().map(|v| median(v)).collect()))
 }
 
 /// Predicted vs measured per device, on stderr.
-fn print_comparison(predicted: &PlanReport, measured: &PlanReport) {
+fn print_comparison(path: &str, predicted: &PlanReport, measured: &PlanReport, rounds: &[f64]) {
+    eprintln!("{path}");
     eprintln!("device  predicted compute/fw/bw/total ms   measured compute/fw/bw/total ms");
     for m in &measured.devices {
         let p = predicted.devices.iter().find(|p| p.device == m.device);
@@ -261,11 +430,13 @@ fn print_comparison(predicted: &PlanReport, measured: &PlanReport) {
         );
     }
     eprintln!(
-        "cost: predicted {:.3} ms (device {}, {}), measured {:.3} ms (device {})",
+        "cost: predicted {:.3} ms (device {}, {}), measured {:.3} ms (device {}; rounds {}; cv {:.1}%)",
         predicted.cost_ms,
         predicted.bottleneck_device,
         predicted.cost_model,
         measured.cost_ms,
-        measured.bottleneck_device
+        measured.bottleneck_device,
+        rounds.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
+        100.0 * cv(rounds)
     );
 }

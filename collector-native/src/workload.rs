@@ -10,8 +10,10 @@
 //! (≈ Poisson around the pooling factor).
 
 use anyhow::{Result, bail};
+use planner_core::plan::RowRange;
 use planner_core::pool::AUGMENT_DIMS;
 use planner_core::table::{NUM_BINS, TableSpec};
+use planner_core::task::task_seed;
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 /// Lookups of one table for one batch, in CSR form: bag `b` holds `indices[offsets[b]..offsets[b+1]]`.
@@ -278,6 +280,76 @@ pub fn generate_bags(table: &TableSpec, batch: u32, seed: u64) -> Result<Bags> {
     Ok(Bags { offsets, indices })
 }
 
+/// One piece of a measured set: the table at the piece's dim, its rows, and its lookups' seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkPiece {
+    /// The table at the piece's columns (all its rows, its pooling factor).
+    pub table: TableSpec,
+    /// The rows of a row-wise piece (`None`: every row).
+    pub rows: Option<RowRange>,
+    /// Seed of the table's lookups: pieces of one table share it.
+    pub lookup_seed: u64,
+}
+
+impl WorkPiece {
+    /// A piece holding every row of `table`.
+    #[must_use]
+    pub fn whole(table: TableSpec, lookup_seed: u64) -> Self {
+        Self { table, rows: None, lookup_seed }
+    }
+
+    /// Identity of the workload: two pieces with the same key run the same kernel on the same lookups.
+    pub fn key(&self) -> Result<String> {
+        Ok(serde_json::to_string(&(&self.table, self.rows, self.lookup_seed))?)
+    }
+
+    /// The table as the kernels see it: the piece's own rows.
+    #[must_use]
+    pub fn kernel_table(&self) -> TableSpec {
+        let mut t = self.table.clone();
+        if let Some(r) = self.rows {
+            t.rows = r.count;
+        }
+        t
+    }
+
+    /// Bytes of the piece's weights.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.table.block_bytes(self.rows.map_or(self.table.rows, |r| r.count), self.table.dim)
+    }
+
+    /// The piece's lookups for a batch of `batch` bags ([`piece_bags`]).
+    pub fn bags(&self, batch: u32) -> Result<Bags> {
+        piece_bags(&self.table, self.rows, batch, self.lookup_seed)
+    }
+}
+
+/// The lookups of a piece of `table` holding `rows` (all rows when `None`): the table's own lookups
+/// ([`generate_bags`] with `seed`, so every piece of one table sees the same batch) that fall in the
+/// range, re-numbered from the range's first row. Bags keep their positions (a bag with no lookup in
+/// the range is empty): a row-wise piece serves part of every bag and produces partial sums for the
+/// whole batch. Hot rows stay the rows they are, so a range holding one very hot row serves far more
+/// than its share of the lookups, as a real row-wise shard does.
+pub fn piece_bags(table: &TableSpec, rows: Option<RowRange>, batch: u32, seed: u64) -> Result<Bags> {
+    let whole = generate_bags(table, batch, seed)?;
+    let Some(r) = rows.filter(|r| r.count < table.rows) else { return Ok(whole) };
+    let end = r.offset.checked_add(r.count).filter(|&e| e <= table.rows);
+    let Some(end) = end.filter(|_| r.count > 0) else {
+        bail!("table `{}`: row range {}..+{} is not inside its {} rows", table.name, r.offset, r.count, table.rows);
+    };
+    let (lo, hi) = (r.offset as u32, end as u32);
+    let mut offsets = Vec::with_capacity(whole.offsets.len());
+    let mut indices = Vec::new();
+    offsets.push(0u32);
+    for b in 0..whole.batch() {
+        let bag = &whole.indices[whole.offsets[b] as usize..whole.offsets[b + 1] as usize];
+        indices.extend(bag.iter().filter(|&&i| (lo..hi).contains(&i)).map(|&i| i - lo));
+        offsets.push(indices.len() as u32);
+    }
+    Ok(Bags { offsets, indices })
+}
+
 /// The 17 access bins of a batch of lookups (SPEC section 2): fraction of distinct accessed rows per
 /// access-count bin. All zero without lookups.
 #[cfg(test)]
@@ -336,25 +408,108 @@ pub fn augmented_candidates(base: &[TableSpec], mem_cap_bytes: u64) -> Result<Ve
     Ok(out)
 }
 
-/// Draws a compute sample: 1..=`max_tables` tables from the candidates (with replacement), redrawn
-/// until their total size fits `mem_cap_bytes` (SPEC section 4).
-pub fn sample_compute_set(
+/// How compute sets are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sampler {
+    /// SPEC section 4: 1..=`max_tables` whole tables with replacement, redrawn until they fit the cap.
+    Spec,
+    /// Where plans live: a third SPEC sets, a third plan-like sets (up to 30 pieces, a third of them
+    /// row-wise pieces of TorchRec's equal split into 2–16 ranges), and a third split between a single
+    /// large table alone and sets filled to 70–100% of the cap.
+    Mixed,
+}
+
+impl Sampler {
+    /// The name recorded in a dataset's run.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Spec => "spec",
+            Self::Mixed => "mixed",
+        }
+    }
+}
+
+/// Most pieces of a plan-like or filled set (TorchRec's plans put up to 25 pieces on one device).
+pub const MAX_PLAN_LIKE_PIECES: usize = 30;
+
+/// A row-wise piece of a table of `rows` rows as TorchRec splits it among `ways` ranks
+/// (`ceil(rows / ways)` rows each, the last taking what is left): the range of rank `k`, or `None` when
+/// that rank gets no rows.
+#[must_use]
+pub fn torchrec_row_range(rows: u64, ways: u64, k: u64) -> Option<RowRange> {
+    let per = rows.div_ceil(ways.max(1));
+    let offset = per.checked_mul(k)?;
+    (offset < rows).then(|| RowRange { offset, count: per.min(rows - offset) })
+}
+
+/// Draws a compute sample from `seed` (SPEC section 4, or the mixed sampler): pieces whose weights fit
+/// `mem_cap_bytes` together. Lookup seeds are per piece (every piece is a different table draw).
+pub fn sample_set(
     candidates: &[Candidate],
+    sampler: Sampler,
     max_tables: usize,
     mem_cap_bytes: u64,
     seed: u64,
-) -> Result<Vec<TableSpec>> {
+) -> Result<Vec<WorkPiece>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let kind = match sampler {
+        Sampler::Spec => 0,
+        Sampler::Mixed => rng.random_range(0..6u32),
+    };
+    let draw = |rng: &mut ChaCha8Rng, k: usize, row_share: f64| -> WorkPiece {
+        let mut t = candidates[rng.random_range(0..candidates.len())].table.clone();
+        t.name = format!("{}#{k}", t.name);
+        let lookup_seed = task_seed(seed, k);
+        if row_share > 0.0 && rng.random::<f64>() < row_share && t.rows >= 2 {
+            let ways = [2u64, 3, 4, 8, 16][rng.random_range(0..5usize)].min(t.rows);
+            let part = rng.random_range(0..ways);
+            let rows = torchrec_row_range(t.rows, ways, part);
+            return WorkPiece { table: t, rows, lookup_seed };
+        }
+        WorkPiece::whole(t, lookup_seed)
+    };
+    let total = |set: &[WorkPiece]| set.iter().map(WorkPiece::bytes).fold(0u64, u64::saturating_add);
     for _ in 0..10_000 {
-        let n = rng.random_range(1..=max_tables.max(1));
-        let set: Vec<TableSpec> = (0..n)
-            .map(|k| {
-                let mut t = candidates[rng.random_range(0..candidates.len())].table.clone();
-                t.name = format!("{}#{k}", t.name);
-                t
-            })
-            .collect();
-        if set.iter().map(TableSpec::size_bytes).sum::<u64>() <= mem_cap_bytes {
+        let set: Vec<WorkPiece> = match kind {
+            // SPEC sets.
+            0 | 1 => {
+                let n = rng.random_range(1..=max_tables.max(1));
+                (0..n).map(|k| draw(&mut rng, k, 0.0)).collect()
+            }
+            // Plan-like sets: many pieces, a third of them row-wise.
+            2 | 3 => {
+                let n = rng.random_range(1..=MAX_PLAN_LIKE_PIECES);
+                (0..n).map(|k| draw(&mut rng, k, 1.0 / 3.0)).collect()
+            }
+            // A single large table alone: among the candidates of at least a quarter of the cap.
+            4 => {
+                let big: Vec<&Candidate> =
+                    candidates.iter().filter(|c| c.table.size_bytes() >= mem_cap_bytes / 4).collect();
+                let pick = if big.is_empty() {
+                    candidates.iter().max_by_key(|c| c.table.size_bytes()).map(|c| c.table.clone())
+                } else {
+                    Some(big[rng.random_range(0..big.len())].table.clone())
+                };
+                pick.map(|t| vec![WorkPiece::whole(t, task_seed(seed, 0))]).unwrap_or_default()
+            }
+            // Filled to 70–100% of the cap.
+            _ => {
+                let target = (mem_cap_bytes as f64 * rng.random_range(0.7..1.0)) as u64;
+                let mut set = Vec::new();
+                for k in 0..4 * MAX_PLAN_LIKE_PIECES {
+                    if set.len() >= MAX_PLAN_LIKE_PIECES || total(&set) >= target {
+                        break;
+                    }
+                    let p = draw(&mut rng, k, 1.0 / 3.0);
+                    if total(&set).saturating_add(p.bytes()) <= mem_cap_bytes {
+                        set.push(p);
+                    }
+                }
+                set
+            }
+        };
+        if !set.is_empty() && total(&set) <= mem_cap_bytes {
             return Ok(set);
         }
     }
@@ -382,10 +537,10 @@ impl CommSample {
 
 /// Draws a comm sample for `devices` devices (SPEC section 4): 10..=59 dims from the augmented dims,
 /// spread by a randomised greedy (descending; with probability p a random device, else the one with
-/// the lowest dim sum; p uniform per sample), and start delays uniform in [0, diff) with diff ∈ [1, 20)
-/// ms, shifted so the minimum is 0.
+/// the lowest dim sum; p uniform per sample), and start delays uniform in [0, diff) with diff ∈
+/// [1, `max_delay_ms`) ms (SPEC: 20), shifted so the minimum is 0.
 #[must_use]
-pub fn sample_comm(devices: usize, seed: u64) -> CommSample {
+pub fn sample_comm(devices: usize, seed: u64, max_delay_ms: f64) -> CommSample {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = rng.random_range(10..60usize);
     let mut dims: Vec<u32> = (0..n).map(|_| AUGMENT_DIMS[rng.random_range(0..AUGMENT_DIMS.len())]).collect();
@@ -402,7 +557,7 @@ pub fn sample_comm(devices: usize, seed: u64) -> CommSample {
         device_dims[r].push(d);
         sums[r] += u64::from(d);
     }
-    let diff: f64 = rng.random_range(1.0..20.0);
+    let diff: f64 = rng.random_range(1.0..max_delay_ms.max(1.0 + 1e-9));
     let raw: Vec<f64> = (0..devices).map(|_| rng.random_range(0.0..diff)).collect();
     let min = raw.iter().copied().fold(f64::INFINITY, f64::min);
     CommSample { device_dims, delays_ms: raw.iter().map(|d| d - min).collect() }
@@ -523,7 +678,7 @@ mod tests {
     #[test]
     fn comm_samples_follow_the_protocol() {
         for s in 0..200 {
-            let c = sample_comm(4, s);
+            let c = sample_comm(4, s, 20.0);
             let n: usize = c.device_dims.iter().map(Vec::len).sum();
             assert!((10..60).contains(&n));
             assert!(c.delays_ms.contains(&0.0));
@@ -542,12 +697,83 @@ mod tests {
         let cap = 64 << 20;
         let c = augmented_candidates(&pool, cap).unwrap();
         for s in 0..50 {
-            let set = sample_compute_set(&c, 15, cap, s).unwrap();
+            let set = sample_set(&c, Sampler::Spec, 15, cap, s).unwrap();
             assert!((1..=15).contains(&set.len()));
-            assert!(set.iter().map(TableSpec::size_bytes).sum::<u64>() <= cap);
+            assert!(set.iter().all(|p| p.rows.is_none()), "the SPEC sampler draws whole tables");
+            assert!(set.iter().map(WorkPiece::bytes).sum::<u64>() <= cap);
         }
         let e = augmented_candidates(&pool, 16).unwrap_err().to_string();
         assert!(e.contains("--mem-cap = 16"), "{e}");
         assert!(augmented_candidates(&[], cap).unwrap_err().to_string().contains("empty"));
+    }
+
+    /// The mixed sampler covers what plans hold: row-wise pieces, sets of more than 15 pieces, a large
+    /// table alone and sets near the cap; every set fits the cap.
+    #[test]
+    fn the_mixed_sampler_covers_where_plans_live() {
+        let pool: Vec<TableSpec> = dlrm_pool()
+            .unwrap()
+            .iter()
+            .map(|p| p.at_dim(format!("t{}", p.table_id), 4, ElementType::Fp32).unwrap())
+            .collect();
+        let cap = 1 << 30;
+        let c = augmented_candidates(&pool, cap).unwrap();
+        let sets: Vec<Vec<WorkPiece>> = (0..300).map(|s| sample_set(&c, Sampler::Mixed, 15, cap, s).unwrap()).collect();
+        let bytes = |s: &[WorkPiece]| s.iter().map(WorkPiece::bytes).sum::<u64>();
+        assert!(sets.iter().all(|s| !s.is_empty() && bytes(s) <= cap && s.len() <= MAX_PLAN_LIKE_PIECES));
+        assert!(sets.iter().any(|s| s.iter().any(|p| p.rows.is_some())), "row-wise pieces");
+        assert!(sets.iter().any(|s| s.len() > 15), "more pieces than the SPEC sampler draws");
+        assert!(sets.iter().any(|s| s.len() == 1 && bytes(s) >= cap / 4), "a large table alone");
+        assert!(sets.iter().any(|s| bytes(s) >= cap * 7 / 10), "sets near the cap");
+        for p in sets.iter().flatten() {
+            if let Some(r) = p.rows {
+                assert!(r.count >= 1 && r.offset + r.count <= p.table.rows);
+            }
+        }
+    }
+
+    #[test]
+    fn torchrec_row_ranges_cover_the_table() {
+        for (rows, ways) in [(10u64, 4u64), (7, 3), (100, 16), (3, 8), (1, 2)] {
+            let ranges: Vec<RowRange> = (0..ways).filter_map(|k| torchrec_row_range(rows, ways, k)).collect();
+            let mut next = 0;
+            for r in &ranges {
+                assert_eq!(r.offset, next);
+                assert!(r.count >= 1);
+                next += r.count;
+            }
+            assert_eq!(next, rows, "{rows} rows in {ways} ways");
+        }
+    }
+
+    /// A row-wise piece serves exactly the table's lookups inside its range, re-numbered, in the same
+    /// bags; the pieces of a split together serve every lookup once.
+    #[test]
+    fn row_pieces_keep_the_tables_lookups() {
+        let pool = dlrm_pool().unwrap();
+        let p = pool.iter().find(|p| p.rows > 1000 && p.pooling_factor > 2.0).unwrap();
+        let t = p.at_dim("t".into(), 16, ElementType::Fp32).unwrap();
+        let whole = generate_bags(&t, 512, 9).unwrap();
+        let ways = 4;
+        let mut served = 0usize;
+        for k in 0..ways {
+            let r = torchrec_row_range(t.rows, ways, k).unwrap();
+            let piece = piece_bags(&t, Some(r), 512, 9).unwrap();
+            assert_eq!(piece.batch(), 512);
+            assert!(piece.indices.iter().all(|&i| u64::from(i) < r.count));
+            for b in 0..512 {
+                let want: Vec<u32> = whole.indices[whole.offsets[b] as usize..whole.offsets[b + 1] as usize]
+                    .iter()
+                    .filter(|&&i| u64::from(i) >= r.offset && u64::from(i) < r.offset + r.count)
+                    .map(|&i| i - r.offset as u32)
+                    .collect();
+                assert_eq!(&piece.indices[piece.offsets[b] as usize..piece.offsets[b + 1] as usize], want.as_slice());
+            }
+            served += piece.indices.len();
+        }
+        assert_eq!(served, whole.indices.len());
+        assert_eq!(piece_bags(&t, None, 512, 9).unwrap(), whole);
+        let bad = piece_bags(&t, Some(RowRange { offset: t.rows, count: 1 }), 512, 9).unwrap_err().to_string();
+        assert!(bad.contains("row range"), "{bad}");
     }
 }

@@ -12,8 +12,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cost::PieceRef;
+use crate::cost::neural::piece_raw;
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, neuroshard_raw};
+use crate::features::FeatureSchema;
+use crate::plan::RowRange;
 use crate::table::{ElementType, TableInput, TableSpec};
 
 /// Schema tag of every dataset record.
@@ -98,21 +101,62 @@ pub fn median(values: &[f64]) -> f64 {
     if n % 2 == 1 { v[n / 2] } else { f64::midpoint(v[n / 2 - 1], v[n / 2]) }
 }
 
-/// One table of a compute sample: its full record and its raw feature vector.
+/// One piece of a compute sample: its table's full record, the rows it holds, and its raw feature
+/// vector. A column piece is recorded as its table at the piece's dim; a row-wise piece as the whole
+/// table (all its rows, its pooling factor) plus `rows`, the contiguous range it holds. Its lookups are
+/// the table's lookups that fall in that range, so hot rows stay where they are.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableRecord {
-    /// The table as a validated-on-read record (rows, dim, pooling factor, bins, dtype).
+    /// The table as a validated-on-read record (rows, dim = the piece's columns, pooling factor, bins, dtype).
     pub table: TableInput,
-    /// Raw (unnormalised) features in the order of [`CostRecord::feature_schema`].
+    /// The rows of a row-wise piece; absent for a piece holding every row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowRange>,
+    /// Raw (unnormalised) features in the order of [`CostRecord::feature_schema`], as a cost model
+    /// computes them for this piece ([`piece_raw`]).
     pub features: Vec<f64>,
+    /// Lookups the piece actually served in the measured batch, when recorded (row-wise pieces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookups: Option<u64>,
 }
 
 impl TableRecord {
-    /// The record of `table` (its whole dim).
+    /// The record of `table` (its whole dim, every row).
     #[must_use]
     pub fn new(table: &TableSpec) -> Self {
-        Self { table: TableInput::from(table), features: neuroshard_raw(table, table.dim).to_vec() }
+        Self::piece(table, None, None)
+    }
+
+    /// The record of a piece of `table` at `table.dim` columns holding `rows` (all rows when `None`),
+    /// which served `lookups` lookups when known.
+    #[must_use]
+    pub fn piece(table: &TableSpec, rows: Option<RowRange>, lookups: Option<u64>) -> Self {
+        let rows = rows.filter(|r| r.count < table.rows);
+        let count = rows.map_or(table.rows, |r| r.count);
+        let features = piece_raw(&PieceRef { table, dim: table.dim, rows: count }).to_vec();
+        Self { table: TableInput::from(table), rows, features, lookups }
+    }
+
+    /// The validated table and the number of rows of the piece (`index` names it in errors).
+    pub fn validated(&self, index: usize) -> Result<(TableSpec, u64)> {
+        let table = self.table.clone().validate(index)?;
+        let count = match self.rows {
+            None => table.rows,
+            Some(r) => {
+                let end = r.offset.checked_add(r.count);
+                if r.count == 0 || end.is_none_or(|e| e > table.rows) {
+                    return Err(Error::field(
+                        format!("table {index} (`{}`)", table.name),
+                        "rows",
+                        format!("{}..+{}", r.offset, r.count),
+                        format!("a non-empty range inside the table's {} rows", table.rows),
+                    ));
+                }
+                r.count
+            }
+        };
+        Ok((table, count))
     }
 }
 
@@ -158,6 +202,11 @@ pub struct RunInfo {
     pub shard_index: u32,
     /// Number of shards; the shard owns global indices `i` with `i % shard_count == shard_index`.
     pub shard_count: u32,
+    /// How sets were drawn (`spec`: SPEC section 4's 1..=15 tables; `mixed`: also plan-like sets with
+    /// column and row pieces, single large tables and sets near the cap; `requests:<file>#<hash>`:
+    /// the sets a file asked for). Absent in records written before samplers were named (= `spec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<String>,
 }
 
 /// One self-contained line of a cost dataset.
@@ -182,6 +231,81 @@ pub struct CostRecord {
     pub protocol: Protocol,
     /// What was measured.
     pub measurement: Measurement,
+    /// The machine's state while the sample was timed, when the collector watched it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Conditions>,
+}
+
+/// How quiet the machine was while a sample was timed (the collector's contention guard).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conditions {
+    /// Share of the machine's CPU time spent by other processes, percent.
+    pub other_busy_pct: f64,
+    /// Share of the machine's CPU time stolen by the hypervisor, percent.
+    pub steal_pct: f64,
+    /// Median time of the reference kernel right after the sample over its baseline (1 = undisturbed).
+    pub reference_ratio: f64,
+    /// Measurements of this sample thrown away as disturbed before this one was kept.
+    pub retries: u32,
+}
+
+/// Schema tag of a set-request line.
+pub const SET_REQUEST_SCHEMA: &str = "shardplan.set-request/v1";
+
+/// One set of pieces a caller asks the collector to measure on one device (`shardplan-collect sets`):
+/// a JSON line `{"schema", "key", "pieces"}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetRequest {
+    /// Always [`SET_REQUEST_SCHEMA`].
+    pub schema: String,
+    /// The caller's name for the set (kept for provenance; need not be unique).
+    pub key: String,
+    /// The pieces fused on the device.
+    pub pieces: Vec<PieceRequest>,
+}
+
+/// One piece of a [`SetRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PieceRequest {
+    /// The table at the piece's dim (all its rows, its pooling factor and bins).
+    pub table: TableInput,
+    /// The rows of a row-wise piece; absent for every row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowRange>,
+    /// Seed of the table's lookups: pieces of one table share it, so they see the same lookups.
+    pub lookup_seed: u64,
+}
+
+impl SetRequest {
+    /// Validates a request (schema tag, at least one piece, every table and row range), returning the
+    /// pieces as (table, rows, lookup seed).
+    pub fn validate(&self, context: &str) -> Result<Vec<(TableSpec, Option<RowRange>, u64)>> {
+        if self.schema != SET_REQUEST_SCHEMA {
+            return Err(Error::field(
+                context,
+                "schema",
+                format!("{:?}", self.schema),
+                format!("{SET_REQUEST_SCHEMA:?}"),
+            ));
+        }
+        if self.pieces.is_empty() {
+            return Err(Error::field(context, "pieces", 0, "at least one piece"));
+        }
+        self.pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let record = TableRecord { table: p.table.clone(), rows: p.rows, features: Vec::new(), lookups: None };
+                let (table, _) = record
+                    .validated(i)
+                    .map_err(|e| Error::Parse { context: format!("{context}: pieces[{i}]"), message: e.to_string() })?;
+                Ok((table, record.rows.filter(|r| r.count < record.table.rows), p.lookup_seed))
+            })
+            .collect()
+    }
 }
 
 impl CostRecord {
@@ -227,7 +351,7 @@ impl CostRecord {
                     return Err(Error::field(context, "tables", 0, "at least one table"));
                 }
                 for (i, t) in tables.iter().enumerate() {
-                    t.table.clone().validate(i).map_err(|e| Error::Parse {
+                    t.validated(i).map_err(|e| Error::Parse {
                         context: format!("{context}: tables[{i}]"),
                         message: e.to_string(),
                     })?;
@@ -370,7 +494,7 @@ mod tests {
         CostRecord {
             schema: DATASET_SCHEMA.into(),
             sample_index: index,
-            run: RunInfo { seed: 1, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1 },
+            run: RunInfo { seed: 1, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1, sampler: None },
             hardware: Hardware {
                 backend: BackendKind::Cpu,
                 fingerprint: fingerprint.into(),
@@ -387,6 +511,7 @@ mod tests {
                 bwd: Timings::from_reps(vec![1.0, 1.0, 1.0]),
                 total: Timings::from_reps(vec![2.0, 4.0, 3.0]),
             },
+            conditions: None,
         }
     }
 

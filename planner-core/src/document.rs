@@ -47,3 +47,66 @@ impl PlanDocument {
         Ok((doc, plan))
     }
 }
+
+/// Schema tag of measured-plan documents (`shardplan-collect measure-plan`).
+pub const MEASURED_SCHEMA: &str = "shardplan.measured-plans/v1";
+
+/// What the collector measured for one or more plans, timed in interleaved rounds on one machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredPlans {
+    /// Always [`MEASURED_SCHEMA`].
+    pub schema: String,
+    /// The machine that measured.
+    pub hardware: crate::dataset::Hardware,
+    /// Bags per table.
+    pub batch_size: u32,
+    /// Seed of the synthetic lookups (table `t` of a task uses `task_seed(seed, t)`).
+    pub seed: u64,
+    /// Warm-up and timed runs of every set in every round, and the cache flush.
+    pub protocol: crate::dataset::Protocol,
+    /// Rounds: every distinct device set (and every plan's all-to-all) was timed once per round, the
+    /// sets of all plans in a new random order each round, so slow spells of the machine fall on every
+    /// plan alike.
+    pub rounds: u32,
+    /// `measured`, or where comm times came from when they were not measured.
+    pub comm: String,
+    /// One entry per plan, in the order given.
+    pub plans: Vec<MeasuredPlan>,
+}
+
+/// The measured cost of one plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredPlan {
+    /// The plan file.
+    pub plan: String,
+    /// Planner that made it.
+    pub planner: String,
+    /// Its predicted report (from the plan document).
+    pub predicted: crate::cost::PlanReport,
+    /// Per device, the median over rounds of compute, backward and forward all-to-all; `cost_ms` is the
+    /// largest device total of those medians.
+    pub measured: crate::cost::PlanReport,
+    /// The plan's cost in every round (each round's own device times), ms.
+    pub round_costs_ms: Vec<f64>,
+    /// Coefficient of variation of `round_costs_ms` (sd / mean; 0 with one round).
+    pub cost_cv: f64,
+}
+
+impl MeasuredPlans {
+    /// Parses a measured-plans document, checking its schema tag.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let doc: Self = serde_json::from_str(text)
+            .map_err(|e| Error::Parse { context: "measured-plans JSON".into(), message: e.to_string() })?;
+        if doc.schema != MEASURED_SCHEMA {
+            return Err(Error::field(
+                "measured-plans JSON",
+                "schema",
+                format!("{:?}", doc.schema),
+                format!("{MEASURED_SCHEMA:?}"),
+            ));
+        }
+        Ok(doc)
+    }
+}

@@ -104,6 +104,209 @@ pub fn kendall_tau(a: &[f64], b: &[f64]) -> Option<f64> {
     (pairs_a > 0.0 && pairs_b > 0.0).then(|| (concordant - discordant) as f64 / (pairs_a * pairs_b).sqrt())
 }
 
+/// One plan priced by a cost model and measured by the collector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgedPlan {
+    /// Planner that made it.
+    pub planner: String,
+    /// Its predicted report.
+    pub predicted: crate::cost::PlanReport,
+    /// Its measured report (`shardplan-collect measure-plan`).
+    pub measured: crate::cost::PlanReport,
+    /// Its measured cost in every round of the measurement, ms.
+    pub round_costs_ms: Vec<f64>,
+}
+
+/// The plans of the planners that solved one task, measured together.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct JudgedTask {
+    /// Task label (cell and index).
+    pub task: String,
+    /// One plan per planner that returned a plan fitting memory.
+    pub plans: Vec<JudgedPlan>,
+}
+
+/// One planner over the measured tasks of a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgedPlanner {
+    /// Planner name.
+    pub planner: String,
+    /// Measured tasks it solved.
+    pub solved: usize,
+    /// Mean predicted cost over the tasks every planner solved, ms.
+    pub predicted_mean_ms: Option<f64>,
+    /// Mean measured cost over the tasks every planner solved, ms.
+    pub measured_mean_ms: Option<f64>,
+    /// Mean |predicted − measured| / measured of its plans, %.
+    pub mape_pct: Option<f64>,
+}
+
+/// What the measured judge says about a set of tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeSummary {
+    /// Tasks measured.
+    pub tasks: usize,
+    /// Tasks every planner solved (the means are over these).
+    pub common_tasks: usize,
+    /// Plans measured.
+    pub plans: usize,
+    /// Kendall's tau-b between predicted and measured costs of the planners' plans, per task.
+    pub kendall_tau: Vec<Option<f64>>,
+    /// Mean of the defined taus.
+    pub kendall_tau_mean: Option<f64>,
+    /// Mean |predicted − measured| / measured over all plans, %.
+    pub plan_mape_pct: Option<f64>,
+    /// Mean (predicted − measured) / measured over all plans, % (negative: the model is optimistic).
+    pub plan_bias_pct: Option<f64>,
+    /// Mean |predicted − measured| / measured of every non-empty device's total over all plans, %.
+    pub device_mape_pct: Option<f64>,
+    /// Share of plans whose measured cost lies inside the predicted interval (when the model gives one).
+    pub interval_coverage: Option<f64>,
+    /// Mean coefficient of variation of a plan's cost across measuring rounds, %: the judge's own noise.
+    pub measurement_cv_pct: Option<f64>,
+    /// Tasks where the plan predicted cheapest is also measured cheapest.
+    pub same_winner: usize,
+    /// Per planner.
+    pub planners: Vec<JudgedPlanner>,
+}
+
+fn mean_of(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Summarises measured tasks: accuracy of the predictions (MAPE of plan and device costs, bias, interval
+/// coverage), whether the model ranks plans as measurement does (Kendall's tau-b per task), the
+/// judge's noise, and each planner's measured mean over the tasks every planner in `planners` solved.
+#[must_use]
+pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary {
+    let all: Vec<&JudgedPlan> = tasks.iter().flat_map(|t| &t.plans).collect();
+    let rel = |p: &JudgedPlan| (p.predicted.cost_ms - p.measured.cost_ms) / p.measured.cost_ms;
+    let valid: Vec<&JudgedPlan> = all.iter().copied().filter(|p| p.measured.cost_ms > 0.0).collect();
+    let mut device_errors = Vec::new();
+    for p in &valid {
+        for (pd, md) in p.predicted.devices.iter().zip(&p.measured.devices) {
+            if md.total_ms > 0.0 && !pd.pieces.is_empty() {
+                device_errors.push(((pd.total_ms - md.total_ms) / md.total_ms).abs());
+            }
+        }
+    }
+    let with_interval: Vec<bool> = valid
+        .iter()
+        .filter_map(|p| p.predicted.cost_interval_ms.map(|[lo, hi]| (lo..=hi).contains(&p.measured.cost_ms)))
+        .collect();
+    let cvs: Vec<f64> = valid
+        .iter()
+        .filter(|p| p.round_costs_ms.len() > 1)
+        .map(|p| {
+            let v = &p.round_costs_ms;
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+            if m > 0.0 { 100.0 * var.sqrt() / m } else { 0.0 }
+        })
+        .collect();
+    let mut taus = Vec::with_capacity(tasks.len());
+    let mut same_winner = 0;
+    for t in tasks {
+        let pred: Vec<f64> = t.plans.iter().map(|p| p.predicted.cost_ms).collect();
+        let meas: Vec<f64> = t.plans.iter().map(|p| p.measured.cost_ms).collect();
+        taus.push(kendall_tau(&pred, &meas));
+        let argmin = |v: &[f64]| v.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i);
+        if !pred.is_empty() && argmin(&pred) == argmin(&meas) {
+            same_winner += 1;
+        }
+    }
+    let common: Vec<&JudgedTask> =
+        tasks.iter().filter(|t| planners.iter().all(|n| t.plans.iter().any(|p| &p.planner == n))).collect();
+    let rows = planners
+        .iter()
+        .map(|name| {
+            let mine: Vec<&JudgedPlan> = all.iter().copied().filter(|p| &p.planner == name).collect();
+            let on_common: Vec<&JudgedPlan> =
+                common.iter().filter_map(|t| t.plans.iter().find(|p| &p.planner == name)).collect();
+            JudgedPlanner {
+                planner: name.clone(),
+                solved: mine.len(),
+                predicted_mean_ms: mean_of(&on_common.iter().map(|p| p.predicted.cost_ms).collect::<Vec<_>>()),
+                measured_mean_ms: mean_of(&on_common.iter().map(|p| p.measured.cost_ms).collect::<Vec<_>>()),
+                mape_pct: mean_of(
+                    &mine.iter().filter(|p| p.measured.cost_ms > 0.0).map(|p| 100.0 * rel(p).abs()).collect::<Vec<_>>(),
+                ),
+            }
+        })
+        .collect();
+    let defined: Vec<f64> = taus.iter().flatten().copied().collect();
+    JudgeSummary {
+        tasks: tasks.len(),
+        common_tasks: common.len(),
+        plans: all.len(),
+        kendall_tau_mean: mean_of(&defined),
+        kendall_tau: taus,
+        plan_mape_pct: mean_of(&valid.iter().map(|p| 100.0 * rel(p).abs()).collect::<Vec<_>>()),
+        plan_bias_pct: mean_of(&valid.iter().map(|p| 100.0 * rel(p)).collect::<Vec<_>>()),
+        device_mape_pct: mean_of(&device_errors).map(|x| 100.0 * x),
+        interval_coverage: (!with_interval.is_empty())
+            .then(|| with_interval.iter().filter(|&&b| b).count() as f64 / with_interval.len() as f64),
+        measurement_cv_pct: mean_of(&cvs),
+        same_winner,
+        planners: rows,
+    }
+}
+
+/// A paired comparison of two planners' measured costs on the tasks both solved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    /// The planner (or group) compared.
+    pub ours: String,
+    /// The planner it is compared with.
+    pub theirs: String,
+    /// Tasks both solved.
+    pub tasks: usize,
+    /// Mean over tasks of (theirs − ours) / theirs, %: positive means ours is faster.
+    pub mean_gain_pct: f64,
+    /// Standard error of that mean, percentage points.
+    pub se_pct: f64,
+    /// Tasks where ours measured at most theirs.
+    pub ours_not_slower: usize,
+}
+
+/// Compares, task by task, the best measured cost among the `ours` planners with planner `theirs`.
+#[must_use]
+pub fn paired(tasks: &[JudgedTask], ours: &[String], theirs: &str) -> Option<Paired> {
+    let mut gains = Vec::new();
+    let mut not_slower = 0;
+    for t in tasks {
+        let best_ours = t
+            .plans
+            .iter()
+            .filter(|p| ours.contains(&p.planner))
+            .map(|p| p.measured.cost_ms)
+            .fold(f64::INFINITY, f64::min);
+        let Some(other) = t.plans.iter().find(|p| p.planner == theirs) else { continue };
+        if !best_ours.is_finite() || other.measured.cost_ms <= 0.0 {
+            continue;
+        }
+        gains.push(100.0 * (other.measured.cost_ms - best_ours) / other.measured.cost_ms);
+        if best_ours <= other.measured.cost_ms {
+            not_slower += 1;
+        }
+    }
+    let n = gains.len();
+    let mean = mean_of(&gains)?;
+    let se = if n > 1 {
+        (gains.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1) as f64 / n as f64).sqrt()
+    } else {
+        0.0
+    };
+    Some(Paired {
+        ours: ours.join(" / "),
+        theirs: theirs.into(),
+        tasks: n,
+        mean_gain_pct: mean,
+        se_pct: se,
+        ours_not_slower: not_slower,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,12 +5,16 @@
 //!   valid plans, improvement over the best seed baseline, planning time p50/p95, the set-cache hit
 //!   rate of searching planners, and the mean gap to the task's lower bound
 //!   ([`planner_core::bound::lower_bound`]).
-//! * **Measured judge.** With `--measure-with PATH` (a `shardplan-collect` binary), the first
-//!   `--measure-tasks` tasks of each cell are measured: every valid plan is written as a plan document
-//!   and timed by `shardplan-collect measure-plan` on `--measure-backend`. Per task, Kendall's tau
-//!   between the predicted and measured costs of the planners' plans says whether the cost model ranks
-//!   plans the way the hardware does. Use a cost model trained on the measuring hardware (on a CPU:
-//!   `--cost-model cpu-epyc-2t --batch 4096 --measure-batch 4096`).
+//! * **Measured judge.** With `--measure-with PATH` (a `shardplan-collect` binary), `--measure-tasks`
+//!   tasks of each measured cell are measured: the first tasks, in suite order, that every planner of
+//!   `--measure-planners` solved (the others are counted as skipped, with who failed). A task's plans
+//!   are written as plan documents and timed together by one `shardplan-collect measure-plan` call on
+//!   `--measure-backend`, in `--measure-rounds` interleaved rounds, under its contention guard. Per cell
+//!   the report gives Kendall's tau between predicted and measured costs per task, the MAPE and bias of
+//!   plan costs, the MAPE of device costs, the coverage of the predicted intervals, the judge's own
+//!   noise (the coefficient of variation of a plan's cost across rounds), every planner's measured mean,
+//!   and the best of `neuroshard` / `neuroshard+refine` against every other planner, task by task. Use a
+//!   cost model trained on the measuring hardware (`shardplan-train calibrate`).
 //! * **Optimality.** On small tasks (≤ 12 tables) the exact search's optimum over unsplit placements,
 //!   and every planner's gap to it.
 //! * **Scale.** Planning time at 100 tables / 8 devices, 200 / 16 and 500 / 64.
@@ -25,7 +29,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::bound::{ExactConfig, exact, lower_bound};
 use planner_core::cost::{CostDefinition, CostModel};
-use planner_core::eval::{PlannerSummary, TaskOutcome, kendall_tau, percentile, summarize};
+use planner_core::document::MeasuredPlans;
+use planner_core::eval::{
+    JudgeSummary, JudgedPlan, JudgedTask, Paired, PlannerSummary, TaskOutcome, judge_summary, paired, percentile,
+    summarize,
+};
 use planner_core::planners::{PlanContext, PlannerEntry, planners};
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
 use planner_core::{Devices, TableSpec, Task};
@@ -75,17 +83,27 @@ pub struct BenchArgs {
     /// Backend of the measurements (`cpu` or `cuda`).
     #[arg(long, default_value = "cpu")]
     pub measure_backend: String,
-    /// Tasks measured per cell (the first ones of the cell).
-    #[arg(long, default_value_t = 3)]
+    /// Tasks measured per cell: the first ones every planner of `--measure-planners` solved.
+    #[arg(long, default_value_t = 10)]
     pub measure_tasks: usize,
+    /// Planners whose plans are measured, comma-separated (`random` checks no memory and is left out by
+    /// default; so are the learned policies, whose plans cost measuring time).
+    #[arg(
+        long,
+        default_value = "size,dim,lookup,size-lookup,torchrec,neuroshard,neuroshard+refine,size-lookup+refine"
+    )]
+    pub measure_planners: String,
+    /// Rounds of every task's measurement (each set and all-to-all timed once per round, interleaved).
+    #[arg(long, default_value_t = 3)]
+    pub measure_rounds: u32,
     /// Cells measured, as `DEVICESxMAXDIM` comma-separated (e.g. `4x128,8x128`); default: all.
     #[arg(long)]
     pub measure_cells: Option<String>,
     /// Bags per table in the measurements.
     #[arg(long, default_value_t = 4096)]
     pub measure_batch: u32,
-    /// Timed runs per measurement.
-    #[arg(long, default_value_t = 5)]
+    /// Timed runs per set and round.
+    #[arg(long, default_value_t = 10)]
     pub measure_reps: u32,
     /// Time compute only and take comm from the plan's prediction (a machine with fewer devices than the plan).
     #[arg(long)]
@@ -145,21 +163,17 @@ pub struct Cell {
 pub struct MeasuredCell {
     /// Tasks measured.
     pub tasks: usize,
-    /// Tasks every measured planner solved (the means above are over these).
-    pub common_tasks: usize,
-    /// Kendall's tau-b between predicted and measured costs of the planners' plans, per measured task.
-    pub kendall_tau: Vec<Option<f64>>,
-    /// Mean of the defined taus.
-    pub kendall_tau_mean: Option<f64>,
-    /// Tasks where the plan predicted cheapest is also measured cheapest.
-    pub same_winner: usize,
-    /// Plans measured.
-    pub plans: usize,
-    /// Where the measurements are.
+    /// Tasks of the suite passed over because a measured planner had no valid plan for them, with the
+    /// planners that failed.
+    pub skipped: Vec<(usize, Vec<String>)>,
+    /// Accuracy, ranking, noise and per-planner means (`planner_core::eval::judge_summary`).
+    pub summary: JudgeSummary,
+    /// The best of `neuroshard` / `neuroshard+refine` against every other measured planner.
+    pub paired: Vec<Paired>,
+    /// Where the plans and measurements are.
     pub dir: String,
 }
 
-/// One planner on the optimality tasks.
 #[derive(Serialize)]
 pub struct OptimalityRow {
     /// Planner.
@@ -358,15 +372,19 @@ fn run_with(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, definit
     }
 }
 
-/// Measures `plan` with the collector; its measured cost, ms.
-fn measure(args: &BenchArgs, bin: &Path, doc_path: &Path, out_path: &Path) -> Result<f64> {
+/// Measures the plans `docs` of one task together with the collector (reusing an earlier measurement).
+fn measure(args: &BenchArgs, bin: &Path, docs: &[PathBuf], out_path: &Path, seed: u64) -> Result<MeasuredPlans> {
     if !out_path.is_file() {
         let mut cmd = Command::new(bin);
-        cmd.args(["--backend", &args.measure_backend, "--quiet", "measure-plan"]).arg(doc_path).args([
+        cmd.args(["--backend", &args.measure_backend, "--quiet", "measure-plan"]).args(docs).args([
             "--batch-size",
             &args.measure_batch.to_string(),
             "--reps",
             &args.measure_reps.to_string(),
+            "--rounds",
+            &args.measure_rounds.to_string(),
+            "--seed",
+            &seed.to_string(),
             "--out",
         ]);
         cmd.arg(out_path);
@@ -375,23 +393,19 @@ fn measure(args: &BenchArgs, bin: &Path, doc_path: &Path, out_path: &Path) -> Re
         }
         let output = cmd.output().with_context(|| format!("running {}", bin.display()))?;
         if !output.status.success() {
-            bail!(
-                "{} measure-plan {} failed: {}",
-                bin.display(),
-                doc_path.display(),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
+            bail!("{} measure-plan failed: {}", bin.display(), String::from_utf8_lossy(&output.stderr).trim());
         }
     }
     let text = std::fs::read_to_string(out_path).with_context(|| format!("reading {}", out_path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", out_path.display()))?;
-    v["measured"]["cost_ms"].as_f64().with_context(|| format!("{}: no measured.cost_ms", out_path.display()))
+    Ok(MeasuredPlans::from_json(&text).with_context(|| format!("parsing {}", out_path.display()))?)
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
+
+/// The planners whose best measured plan is ours.
+pub const OURS: [&str; 2] = ["neuroshard", "neuroshard+refine"];
 
 #[allow(clippy::too_many_arguments)]
 fn measure_cell(
@@ -405,56 +419,64 @@ fn measure_cell(
     rows: &mut [PlannerCell],
 ) -> Result<MeasuredCell> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let n = args.measure_tasks.min(suite.len());
-    // measured[planner][task]: (predicted, measured)
-    let mut measured: Vec<Vec<Option<(f64, f64)>>> = vec![vec![None; n]; entries.len()];
-    let mut plans = 0;
-    for (k, st) in suite.iter().take(n).enumerate() {
-        for (p, entry) in entries.iter().enumerate() {
-            // The random baseline is a reference point, not a plan anyone would run.
-            let Some(plan) = runs[p][k].plan.as_ref().filter(|_| entry.name != "random") else { continue };
+    let wanted: Vec<String> = args.measure_planners.split(',').map(|s| s.trim().to_string()).collect();
+    let measured: Vec<usize> = (0..entries.len()).filter(|&p| wanted.iter().any(|w| w == entries[p].name)).collect();
+    if measured.is_empty() {
+        bail!("--measure-planners {:?} names none of the planners run (--algos)", args.measure_planners);
+    }
+    let names: Vec<String> = measured.iter().map(|&p| entries[p].name.to_string()).collect();
+    let mut tasks = Vec::new();
+    let mut skipped = Vec::new();
+    for (k, st) in suite.iter().enumerate() {
+        if tasks.len() >= args.measure_tasks {
+            break;
+        }
+        let failed: Vec<String> =
+            measured.iter().filter(|&&p| runs[p][k].plan.is_none()).map(|&p| entries[p].name.to_string()).collect();
+        if !failed.is_empty() {
+            skipped.push((st.index, failed));
+            continue;
+        }
+        let mut docs = Vec::new();
+        for &p in &measured {
+            let Some(plan) = runs[p][k].plan.as_ref() else { continue };
             let report = evaluate(&st.task, plan, model, args.cost.definition)?;
-            let predicted = report.cost_ms;
-            let stem = format!("task{}_{}", st.index, entry.name.replace('+', "-"));
-            let doc_path = dir.join(format!("{stem}.plan.json"));
-            let doc = PlanDocument::new(entry.name, st.seed, st.task.clone(), plan, report);
-            write_atomic(&doc_path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
-            let m = measure(args, bin, &doc_path, &dir.join(format!("{stem}.measured.json")))?;
-            eprintln!("  measured {stem}: predicted {predicted:.3} ms, measured {m:.3} ms");
-            measured[p][k] = Some((predicted, m));
-            plans += 1;
+            let path = dir.join(format!("task{}_{}.plan.json", st.index, entries[p].name.replace('+', "-")));
+            let doc = PlanDocument::new(entries[p].name, st.seed, st.task.clone(), plan, report);
+            write_atomic(&path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+            docs.push(path);
+        }
+        let out = dir.join(format!("task{}.measured.json", st.index));
+        eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
+        let m = measure(args, bin, &docs, &out, st.seed)?;
+        tasks.push(JudgedTask {
+            task: format!("task {}", st.index),
+            plans: m
+                .plans
+                .into_iter()
+                .map(|p| JudgedPlan {
+                    planner: p.planner,
+                    predicted: p.predicted,
+                    measured: p.measured,
+                    round_costs_ms: p.round_costs_ms,
+                })
+                .collect(),
+        });
+    }
+    let summary = judge_summary(&tasks, &names);
+    for row in &summary.planners {
+        if let Some(r) = rows.iter_mut().find(|r| r.summary.planner == row.planner) {
+            r.measured_mean_ms = row.measured_mean_ms;
+            r.predicted_mean_ms = row.predicted_mean_ms;
         }
     }
-    let measured_planners: Vec<usize> =
-        (0..entries.len()).filter(|&p| measured[p].iter().any(Option::is_some)).collect();
-    let common: Vec<usize> = (0..n).filter(|&k| measured_planners.iter().all(|&p| measured[p][k].is_some())).collect();
-    for &p in &measured_planners {
-        rows[p].measured_mean_ms =
-            mean(&common.iter().filter_map(|&k| measured[p][k].map(|x| x.1)).collect::<Vec<_>>());
-        rows[p].predicted_mean_ms =
-            mean(&common.iter().filter_map(|&k| measured[p][k].map(|x| x.0)).collect::<Vec<_>>());
-    }
-    let mut taus = Vec::with_capacity(n);
-    let mut same_winner = 0;
-    for k in 0..n {
-        let pairs: Vec<(f64, f64)> = measured.iter().filter_map(|m| m[k]).collect();
-        let (pred, meas): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
-        taus.push(kendall_tau(&pred, &meas));
-        let argmin = |v: &[f64]| v.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0);
-        if !pairs.is_empty() && argmin(&pred) == argmin(&meas) {
-            same_winner += 1;
-        }
-    }
-    let defined: Vec<f64> = taus.iter().flatten().copied().collect();
-    Ok(MeasuredCell {
-        tasks: n,
-        common_tasks: common.len(),
-        kendall_tau_mean: mean(&defined),
-        kendall_tau: taus,
-        same_winner,
-        plans,
-        dir: dir.display().to_string(),
-    })
+    let ours: Vec<String> = OURS.iter().filter(|o| names.iter().any(|n| n == *o)).map(|o| (*o).to_string()).collect();
+    let paired = if ours.is_empty() {
+        Vec::new()
+    } else {
+        names.iter().filter(|n| !ours.contains(n)).filter_map(|n| paired(&tasks, &ours, n)).collect()
+    };
+    Ok(MeasuredCell { tasks: tasks.len(), skipped, summary, paired, dir: dir.display().to_string() })
 }
 
 fn optimality(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel, count: usize) -> Result<Optimality> {
@@ -733,6 +755,70 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".to_string(), |x| format!("{x:.prec$}"))
 }
 
+/// The measured judge of one cell, in Markdown: the summary line, the per-planner table, the paired
+/// comparison.
+fn measured_markdown(m: &MeasuredCell) -> String {
+    let s = &m.summary;
+    let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}%"));
+    let mut out = vec![format!(
+        "\nMeasured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
+         Kendall's tau (predicted vs measured ranking of the planners' plans) per task: {}; **mean {}**; same winner on {}/{} tasks. \
+         MAPE of plan cost **{}** (bias {}), of device cost {}; measured cost inside the predicted interval: {}; \
+         the judge's noise (cv of a plan's cost across rounds): {}. Files: `{}`.\n",
+        s.plans,
+        m.tasks,
+        m.skipped.len(),
+        s.kendall_tau.iter().map(|t| opt(*t, 2)).collect::<Vec<_>>().join(", "),
+        opt(s.kendall_tau_mean, 2),
+        s.same_winner,
+        s.tasks,
+        pct(s.plan_mape_pct),
+        s.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
+        pct(s.device_mape_pct),
+        s.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
+        pct(s.measurement_cv_pct),
+        m.dir
+    )];
+    let rows: Vec<Vec<String>> = s
+        .planners
+        .iter()
+        .map(|p| {
+            vec![
+                p.planner.clone(),
+                p.solved.to_string(),
+                opt(p.predicted_mean_ms, 3),
+                opt(p.measured_mean_ms, 3),
+                pct(p.mape_pct),
+            ]
+        })
+        .collect();
+    out.push(render_table(
+        &["planner (measured)", "tasks", "predicted mean ms", "measured mean ms", "MAPE"],
+        &rows,
+        true,
+    ));
+    if !m.paired.is_empty() {
+        let rows: Vec<Vec<String>> = m
+            .paired
+            .iter()
+            .map(|p| {
+                vec![
+                    p.theirs.clone(),
+                    p.tasks.to_string(),
+                    format!("{:+.1}% ± {:.1}", p.mean_gain_pct, p.se_pct),
+                    format!("{}/{}", p.ours_not_slower, p.tasks),
+                ]
+            })
+            .collect();
+        out.push(format!(
+            "\nBest of {} against each planner, task by task (measured; gain = (theirs − ours) / theirs, mean ± s.e.):\n",
+            m.paired.first().map_or(String::new(), |p| format!("`{}`", p.ours))
+        ));
+        out.push(render_table(&["against", "tasks", "gain", "ours not slower"], &rows, true));
+    }
+    out.join("\n")
+}
+
 /// The Markdown report.
 fn markdown(r: &BenchResult) -> String {
     let mut out =
@@ -787,19 +873,7 @@ fn markdown(r: &BenchResult) -> String {
         }
         out.push(render_table(&header, &rows, true));
         if let Some(m) = &c.measured {
-            out.push(format!(
-                "\nMeasured judge: {} plans on {} tasks ({} solved by every measured planner); Kendall's tau \
-                 (predicted vs measured ranking of the planners' plans) per task: {}; mean {}; same winner on {}/{} tasks. \
-                 Files: `{}`.",
-                m.plans,
-                m.tasks,
-                m.common_tasks,
-                m.kendall_tau.iter().map(|t| opt(*t, 2)).collect::<Vec<_>>().join(", "),
-                opt(m.kendall_tau_mean, 2),
-                m.same_winner,
-                m.tasks,
-                m.dir
-            ));
+            out.push(measured_markdown(m));
         }
     }
     if let Some(o) = &r.optimality {

@@ -7,18 +7,29 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use planner_core::TableSpec;
+use planner_core::cost::PieceRef;
+use planner_core::cost::neural::piece_raw;
 use planner_core::dataset::{CostRecord, HardwarePolicy, Measurement, parse_dataset};
-use planner_core::features::{neuroshard_pool_normalisation, neuroshard_raw};
+use planner_core::features::neuroshard_pool_normalisation;
 use sha2::{Digest, Sha256};
 
-/// One compute measurement: a set of tables and its fused forward + backward time.
+/// One compute measurement: a set of pieces and its fused forward + backward time.
 pub struct ComputeSample {
-    /// The tables (validated).
-    pub tables: Vec<TableSpec>,
+    /// The pieces (validated): each one's table at the piece's dim, and the rows it holds (the table's
+    /// row count for a piece holding every row).
+    pub pieces: Vec<(TableSpec, u64)>,
     /// Normalised NeuroShard features, one row per table.
     pub features: Vec<Vec<f32>>,
     /// Median forward + backward time, ms.
     pub target_ms: f64,
+}
+
+impl ComputeSample {
+    /// The pieces as a cost model sees them.
+    #[must_use]
+    pub fn piece_refs(&self) -> Vec<PieceRef<'_>> {
+        self.pieces.iter().map(|(t, rows)| PieceRef { table: t, dim: t.dim, rows: *rows }).collect()
+    }
 }
 
 /// One comm measurement on D devices.
@@ -94,14 +105,17 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded> {
                 if *batch_size.get_or_insert(r.batch_size) != r.batch_size {
                     bail!("record {i} has batch size {} but earlier compute records {batch_size:?}", r.batch_size);
                 }
-                let tables: Vec<TableSpec> = tables
+                let pieces: Vec<(TableSpec, u64)> = tables
                     .iter()
                     .enumerate()
-                    .map(|(k, t)| t.table.clone().validate(k))
+                    .map(|(k, t)| t.validated(k))
                     .collect::<planner_core::Result<_>>()
                     .with_context(|| format!("compute record {i}"))?;
-                let features = tables.iter().map(|t| norm.apply(&neuroshard_raw(t, t.dim))).collect();
-                compute.push(ComputeSample { tables, features, target_ms: total.median_ms });
+                let features = pieces
+                    .iter()
+                    .map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows })))
+                    .collect();
+                compute.push(ComputeSample { pieces, features, target_ms: total.median_ms });
             }
             Measurement::Comm { dim_sums, delays_ms, fw, bw, .. } => {
                 comm.entry(dim_sums.len()).or_default().push(CommSample {

@@ -121,18 +121,21 @@ impl Judge for CollectorJudge {
             .args(["--backend", &self.backend, "--quiet", "measure-plan"])
             .arg(&plan_path)
             .args(["--definition", "four-phase", "--batch-size", &self.batch.to_string()])
-            .args(["--reps", &self.reps.to_string(), "--warmup", "1", "--out"])
+            .args(["--reps", &self.reps.to_string(), "--warmup", "1", "--rounds", "1", "--out"])
             .arg(&out_path)
             .output()
             .with_context(|| format!("running {}", self.bin.display()))?;
         if !output.status.success() {
             bail!("{} measure-plan failed: {}", self.bin.display(), String::from_utf8_lossy(&output.stderr).trim());
         }
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out_path)?)
+        let doc = planner_core::document::MeasuredPlans::from_json(&std::fs::read_to_string(&out_path)?)
             .with_context(|| format!("parsing {}", out_path.display()))?;
-        let r: PlanReport = serde_json::from_value(v["measured"].clone())
-            .with_context(|| format!("{}: no measured report", out_path.display()))?;
-        Ok(Judged::from_report(&r))
+        let r = doc
+            .plans
+            .first()
+            .map(|p| &p.measured)
+            .with_context(|| format!("{}: no measured plan", out_path.display()))?;
+        Ok(Judged::from_report(r))
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod adam;
 pub mod autoshard;
 pub mod bench;
+pub mod calibrate;
 pub mod data;
 pub mod dreamshard;
 pub mod export;
@@ -26,13 +27,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use planner_core::cost::card::{CARD_SCHEMA, CommCard, ComputeCard, DatasetInfo, ModelCard, SplitMetrics};
-use planner_core::cost::{AnalyticalModel, CostModel, NeuralModel, PieceRef};
+use planner_core::cost::card::{
+    CARD_SCHEMA, CommCard, ComputeCard, DatasetInfo, IntervalCard, MemberFiles, ModelCard, SplitMetrics,
+};
+use planner_core::cost::{AnalyticalModel, CostModel, NeuralModel};
 use planner_core::features::{FeatureSchema, neuroshard_pool_normalisation};
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 use crate::data::{ComputeSample, Loaded, table_identity};
-use crate::models::{CommModel, ComputeModel, Direction, metrics};
+use crate::models::{CommModel, ComputeModel, Direction, Loss, metrics};
 use crate::train::{TrainConfig, train};
 
 /// What to train.
@@ -48,6 +51,12 @@ pub struct ProfileOptions {
     pub out: PathBuf,
     /// Training settings.
     pub train: TrainConfig,
+    /// Compute networks in the ensemble (1: a single model, no prediction interval).
+    pub members: usize,
+    /// Loss of the compute model.
+    pub loss: Loss,
+    /// Share of held-out samples the prediction interval is calibrated to cover.
+    pub coverage: f64,
     /// Resume from checkpoints in `out/checkpoints`.
     pub resume: bool,
     /// The command line, recorded in the card.
@@ -93,21 +102,78 @@ pub fn split_80_10_10(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>, Vec<usize
 /// Analytical compute predictions (TorchRec's estimator at the dataset's batch) for samples.
 fn analytical_predictions(samples: &[ComputeSample], batch: u32) -> Result<Vec<f64>> {
     let model = AnalyticalModel::new(planner_core::HardwareProfile::torchrec_default(), u64::from(batch))?;
-    samples
-        .iter()
-        .map(|s| {
-            let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
-            Ok(model.compute_ms(&set)?)
-        })
-        .collect()
+    samples.iter().map(|s| Ok(model.compute_ms(&s.piece_refs())?)).collect()
 }
 
 fn pick(v: &[f64], idx: &[usize]) -> Vec<f64> {
     idx.iter().map(|&i| v[i]).collect()
 }
 
+/// Most ensemble members a profile may have.
+pub const MAX_MEMBERS: usize = 16;
+
+/// The members' predictions of every sample of `data`: `[member][sample]`.
+fn member_predictions(nets: &[net::ComputeNet], data: &[ComputeSample], loss: Loss) -> Result<Vec<Vec<f64>>> {
+    let all: Vec<usize> = (0..data.len()).collect();
+    nets.iter().map(|net| ComputeModel { net, data, loss }.predict(&all)).collect()
+}
+
+/// Mean over members per sample, each member clamped at 0 as the planner does.
+fn ensemble_mean(preds: &[Vec<f64>]) -> Vec<f64> {
+    let k = preds.len() as f64;
+    (0..preds.first().map_or(0, Vec::len)).map(|i| preds.iter().map(|p| p[i].max(0.0)).sum::<f64>() / k).collect()
+}
+
+/// Per sample: (mean, sd) over members (clamped at 0).
+fn mean_sd(preds: &[Vec<f64>], i: usize) -> (f64, f64) {
+    let k = preds.len() as f64;
+    let mean = preds.iter().map(|p| p[i].max(0.0)).sum::<f64>() / k;
+    let var = preds.iter().map(|p| (p[i].max(0.0) - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+/// The smallest `z` with `|target − mean| ≤ z · sd` for a `coverage` share of `idx` (samples whose
+/// members all agree exactly need `z` = ∞ unless they are exact; they count as covered only then).
+fn calibrate_z(preds: &[Vec<f64>], targets: &[f64], idx: &[usize], coverage: f64) -> Option<f64> {
+    let mut ratios: Vec<f64> = idx
+        .iter()
+        .map(|&i| {
+            let (mean, sd) = mean_sd(preds, i);
+            let err = (targets[i] - mean).abs();
+            if sd > 0.0 {
+                err / sd
+            } else if err == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let k = ((coverage * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len().max(1));
+    ratios.get(k - 1).copied().filter(|z| z.is_finite() && *z > 0.0)
+}
+
+/// Share of `idx` whose target lies within `mean ± z · sd`.
+fn coverage_of(preds: &[Vec<f64>], targets: &[f64], idx: &[usize], z: f64) -> f64 {
+    let inside = idx
+        .iter()
+        .filter(|&&i| {
+            let (mean, sd) = mean_sd(preds, i);
+            (targets[i] - mean).abs() <= z * sd
+        })
+        .count();
+    inside as f64 / idx.len().max(1) as f64
+}
+
 /// Trains a whole profile, writes it to `opts.out`, reloads it through planner-core and checks it.
 pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
+    if opts.members == 0 || opts.members > MAX_MEMBERS {
+        bail!("`--members` = {} is invalid: use 1..={MAX_MEMBERS}", opts.members);
+    }
+    if !(opts.coverage > 0.0 && opts.coverage < 1.0) {
+        bail!("`--coverage` = {} is invalid: a share in (0, 1)", opts.coverage);
+    }
     let data: Loaded = data::load(&opts.datasets)?;
     if data.compute.len() < 10 {
         bail!(
@@ -120,13 +186,31 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     let mut compute_metrics = BTreeMap::new();
 
-    // Compute model, random split.
+    // Compute model, random split. Member 0 trains on the training split itself; every further member
+    // on a bootstrap resample of it, from its own seed.
     let (tr, va, te) = split_80_10_10(data.compute.len(), opts.train.seed);
-    let model = ComputeModel { net: net::ComputeNet::new(opts.train.seed)?, data: &data.compute };
-    let outcome = train(&model, "compute", &tr, &va, &opts.train, Some(&ckpt), opts.resume)?;
+    let mut nets = Vec::with_capacity(opts.members);
+    let mut best_epochs = Vec::with_capacity(opts.members);
+    for m in 0..opts.members {
+        let seed = opts.train.seed.wrapping_add(m as u64);
+        let train_idx: Vec<usize> = if m == 0 {
+            tr.clone()
+        } else {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xB007_5742);
+            (0..tr.len()).map(|_| tr[rng.random_range(0..tr.len())]).collect()
+        };
+        let net = net::ComputeNet::new(seed)?;
+        let model = ComputeModel { net: &net, data: &data.compute, loss: opts.loss };
+        let label = if m == 0 { "compute".to_string() } else { format!("compute_m{m}") };
+        let cfg = TrainConfig { seed, ..opts.train.clone() };
+        let outcome = train(&model, &label, &train_idx, &va, &cfg, Some(&ckpt), opts.resume)?;
+        best_epochs.push(outcome.best_epoch);
+        nets.push(net);
+    }
     let targets: Vec<f64> = data.compute.iter().map(|s| s.target_ms).collect();
     let all: Vec<usize> = (0..data.compute.len()).collect();
-    let pred = model.predict(&all)?;
+    let preds = member_predictions(&nets, &data.compute, opts.loss)?;
+    let pred = ensemble_mean(&preds);
     let analytical = analytical_predictions(&data.compute, data.batch_size)?;
     // The analytical model assumes TorchRec's HBM bandwidth; calibrate one scale on the training split
     // (least squares through the origin) so the comparison is about shape, not units.
@@ -143,65 +227,86 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     }
     compute_metrics.insert(
         "training/best-epoch".into(),
-        SplitMetrics { samples: outcome.best_epoch, mse: outcome.best_val_mse, mae: 0.0, mape_pct: 0.0 },
+        SplitMetrics { samples: best_epochs[0], mse: 0.0, mae: 0.0, mape_pct: 0.0 },
     );
+    let interval = if opts.members > 1 {
+        let z = calibrate_z(&preds, &targets, &va, opts.coverage).ok_or_else(|| {
+            anyhow::anyhow!("cannot calibrate a prediction interval: the members agree exactly on the validation split")
+        })?;
+        Some(IntervalCard {
+            z,
+            coverage: opts.coverage,
+            calibrated_on: format!("validation split, {} samples", va.len()),
+            test_coverage: Some(coverage_of(&preds, &targets, &te, z)),
+        })
+    } else {
+        None
+    };
 
     // Unseen tables: a dataset measured on tables the training data never contains.
-    if opts.unseen.is_empty() {
-        return finish_profile(opts, &model.net, &data, compute_metrics, &pred, &all);
+    if !opts.unseen.is_empty() {
+        let unseen = data::load(&opts.unseen)?;
+        if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
+            bail!("the unseen-table dataset was measured on other hardware than the training data");
+        }
+        let seen: std::collections::HashSet<Vec<u64>> =
+            tr.iter().flat_map(|&i| data.compute[i].pieces.iter().map(|(t, _)| table_identity(t))).collect();
+        // A pool can hold statistically identical tables (e.g. many 100-row tables with one lookup per
+        // bag) in both halves; a sample with such a table is not about unseen tables, so it is left out.
+        let total_unseen = unseen.compute.len();
+        let (unseen_samples, shared): (Vec<_>, Vec<_>) =
+            unseen.compute.into_iter().partition(|s| s.pieces.iter().all(|(t, _)| !seen.contains(&table_identity(t))));
+        if unseen_samples.is_empty() {
+            bail!(
+                "every one of the {} unseen-table samples has a table identical to one in the training split; collect it from disjoint tables",
+                shared.len()
+            );
+        }
+        if !shared.is_empty() {
+            eprintln!(
+                "unseen-table metrics: {} of {} samples left out (a table identical to a training table)",
+                shared.len(),
+                total_unseen
+            );
+        }
+        let t: Vec<f64> = unseen_samples.iter().map(|s| s.target_ms).collect();
+        let p = ensemble_mean(&member_predictions(&nets, &unseen_samples, opts.loss)?);
+        compute_metrics.insert("neural/unseen/test".into(), metrics(&p, &t));
+        let a: Vec<f64> =
+            analytical_predictions(&unseen_samples, unseen.batch_size)?.iter().map(|x| x * scale).collect();
+        compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
     }
-    let unseen = data::load(&opts.unseen)?;
-    if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
-        bail!("the unseen-table dataset was measured on other hardware than the training data");
-    }
-    let seen: std::collections::HashSet<Vec<u64>> =
-        tr.iter().flat_map(|&i| data.compute[i].tables.iter().map(table_identity)).collect();
-    // A pool can hold statistically identical tables (e.g. many 100-row tables with one lookup per
-    // bag) in both halves; a sample with such a table is not about unseen tables, so it is left out.
-    let total_unseen = unseen.compute.len();
-    let (unseen_samples, shared): (Vec<_>, Vec<_>) =
-        unseen.compute.into_iter().partition(|s| s.tables.iter().all(|t| !seen.contains(&table_identity(t))));
-    if unseen_samples.is_empty() {
-        bail!(
-            "every one of the {} unseen-table samples has a table identical to one in the training split; collect it from disjoint tables",
-            shared.len()
-        );
-    }
-    if !shared.is_empty() {
-        eprintln!(
-            "unseen-table metrics: {} of {} samples left out (a table identical to a training table)",
-            shared.len(),
-            total_unseen
-        );
-    }
-    let m = ComputeModel { net: model.net, data: &unseen_samples };
-    let idx: Vec<usize> = (0..unseen_samples.len()).collect();
-    let t: Vec<f64> = unseen_samples.iter().map(|s| s.target_ms).collect();
-    compute_metrics.insert("neural/unseen/test".into(), metrics(&m.predict(&idx)?, &t));
-    let a: Vec<f64> = analytical_predictions(&unseen_samples, unseen.batch_size)?.iter().map(|x| x * scale).collect();
-    compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
-    finish_profile(opts, &m.net, &data, compute_metrics, &pred, &all)
+    finish_profile(opts, &nets, &data, compute_metrics, interval, &pred, &all)
 }
 
 /// Trains comm models, writes every graph and the card, then reloads and checks the profile.
 fn finish_profile(
     opts: &ProfileOptions,
-    net: &net::ComputeNet,
+    nets: &[net::ComputeNet],
     data: &Loaded,
     compute_metrics: BTreeMap<String, SplitMetrics>,
+    interval: Option<IntervalCard>,
     pred: &[f64],
     all: &[usize],
 ) -> Result<ProfileOutcome> {
     let ckpt = opts.out.join("checkpoints");
     let doc = format!("shardplan profile {}; see card.json", opts.name);
-    let enc = net.encoder.export()?;
-    let head = net.head.export()?;
     let dataset = DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: data.compute.len() };
-    let mut files: Vec<(String, Vec<u8>)> = vec![
-        ("compute_encoder.onnx".into(), export::mlp_graph("encoder", "features", "embedding", &enc, &doc)),
-        ("compute_head.onnx".into(), export::mlp_graph("head", "set_sum", "cost_ms", &head, &doc)),
-        ("compute_end_to_end.onnx".into(), export::compute_end_to_end(&enc, &head, &doc)),
-    ];
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut ensemble = Vec::new();
+    for (m, net) in nets.iter().enumerate() {
+        let enc = net.encoder.export()?;
+        let head = net.head.export()?;
+        let suffix = if m == 0 { String::new() } else { format!("_m{m}") };
+        let (enc_file, head_file) = (format!("compute_encoder{suffix}.onnx"), format!("compute_head{suffix}.onnx"));
+        files.push((enc_file.clone(), export::mlp_graph("encoder", "features", "embedding", &enc, &doc)));
+        files.push((head_file.clone(), export::mlp_graph("head", "set_sum", "cost_ms", &head, &doc)));
+        if m == 0 {
+            files.push(("compute_end_to_end.onnx".into(), export::compute_end_to_end(&enc, &head, &doc)));
+        } else {
+            ensemble.push(MemberFiles { encoder_file: enc_file, head_file });
+        }
+    }
     let mut comm_cards = Vec::new();
     for (&d, samples) in &data.comm {
         if samples.len() < 10 {
@@ -251,6 +356,8 @@ fn finish_profile(
             encoder_file: "compute_encoder.onnx".into(),
             head_file: "compute_head.onnx".into(),
             end_to_end_file: "compute_end_to_end.onnx".into(),
+            ensemble,
+            interval,
             batch_size: data.batch_size,
             metrics: compute_metrics,
             dataset,
@@ -267,11 +374,9 @@ fn finish_profile(
     let loaded = NeuralModel::from_profile(&card_json, |f| blobs.get(f).map(Vec::as_slice))?;
     let mut max_diff = 0.0f64;
     for &i in all.iter().take(256) {
-        let s = &data.compute[i];
-        let set: Vec<PieceRef<'_>> = s.tables.iter().map(|t| PieceRef::whole(t, t.dim)).collect();
-        let tract_ms = loaded.compute_ms(&set)?;
-        // The planner clamps negative predictions at 0; compare like with like.
-        max_diff = max_diff.max((tract_ms - pred[i].max(0.0)).abs());
+        let tract_ms = loaded.compute_ms(&data.compute[i].piece_refs())?;
+        // `pred` is the members' mean, each clamped at 0 as the planner does.
+        max_diff = max_diff.max((tract_ms - pred[i]).abs());
     }
     if max_diff > 1e-3 {
         bail!("the exported profile disagrees with the trainer by {max_diff} ms (tolerance 1e-3)");

@@ -46,6 +46,16 @@ enum Command {
         /// Seed of initialisation, splits and shuffles.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Compute networks in the ensemble (each further one from the next seed, on a bootstrap
+        /// resample); 1 gives a single model with no prediction interval.
+        #[arg(long, default_value_t = 5)]
+        members: usize,
+        /// Loss of the compute model: `mse` (ms², SPEC section 5) or `relative`.
+        #[arg(long, value_enum, default_value_t = trainer::models::Loss::Mse)]
+        loss: trainer::models::Loss,
+        /// Share of held-out samples the prediction interval is calibrated to cover.
+        #[arg(long, default_value_t = 0.9)]
+        coverage: f64,
         /// Continue from the checkpoints in OUT/checkpoints.
         #[arg(long)]
         resume: bool,
@@ -91,9 +101,160 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         sets: usize,
     },
+    /// The plan → measure → learn loop: measure the device sets planners produce with a
+    /// `shardplan-collect` binary, retrain the profile, re-plan; reports each round's measured judge on
+    /// held-out tasks. Resumable: rerun the same command.
+    Calibrate(CalibrateArgs),
     /// Train a DreamShard policy (cost network + policy network, REINFORCE on the estimated MDP) and
     /// write it (policy.json + ONNX graphs + curve.json) to --out.
     Dreamshard(DreamShardArgs),
+}
+
+/// Arguments of `shardplan-train calibrate`.
+#[derive(clap::Args)]
+struct CalibrateArgs {
+    /// The `shardplan-collect` binary that measures.
+    #[arg(long)]
+    collector: PathBuf,
+    /// Its backend (`cpu` or `cuda`).
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Loop directory (datasets, profiles, reports, state).
+    #[arg(long)]
+    out: PathBuf,
+    /// Name of the profiles written.
+    #[arg(long)]
+    name: String,
+    /// Rounds of plan → measure → retrain after the start.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Bags per table of every measurement.
+    #[arg(long, default_value_t = 4096)]
+    batch: u32,
+    /// Cells of the NeuroShard protocol, `DEVICESxMAXDIM` comma-separated.
+    #[arg(long, default_value = "4x32,4x128,8x32,8x128")]
+    cells: String,
+    /// Training tasks per cell and round.
+    #[arg(long, default_value_t = 4)]
+    train_tasks: usize,
+    /// Held-out tasks per cell (measured every round).
+    #[arg(long, default_value_t = 2)]
+    holdout_tasks: usize,
+    /// Planners whose plans are measured, comma-separated.
+    #[arg(
+        long,
+        default_value = "size,dim,lookup,size-lookup,torchrec,neuroshard,neuroshard+refine,size-lookup+refine"
+    )]
+    planners: String,
+    /// Device sets measured per round.
+    #[arg(long, default_value_t = 300)]
+    sets_per_round: usize,
+    /// Random sets (mixed sampler) measured at the start.
+    #[arg(long, default_value_t = 400)]
+    initial_samples: u64,
+    /// Comm samples per device count.
+    #[arg(long, default_value_t = 300)]
+    comm_samples: u64,
+    /// Largest start delay of the comm samples, ms.
+    #[arg(long, default_value_t = 60.0)]
+    comm_max_delay_ms: f64,
+    /// Memory cap of a device.
+    #[arg(long, default_value = "4GiB")]
+    mem_cap: String,
+    /// Seed of suites, sampler and training (the bench's default suite seed 0 is kept for judging).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Epochs per profile.
+    #[arg(long, default_value_t = 300)]
+    epochs: usize,
+    /// Mini-batch size.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Ensemble members.
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    /// Loss of the compute model.
+    #[arg(long, value_enum, default_value_t = trainer::models::Loss::Relative)]
+    loss: trainer::models::Loss,
+    /// Measuring rounds of every held-out task's plans.
+    #[arg(long, default_value_t = 2)]
+    measure_rounds: u32,
+    /// Neighbour plans around each training task's best plan.
+    #[arg(long, default_value_t = 8)]
+    neighbours: usize,
+}
+
+fn calibrate_cmd(a: &CalibrateArgs) -> ExitCode {
+    use trainer::calibrate::{CalibrateOptions, calibrate};
+    let run = || -> anyhow::Result<()> {
+        let cells = a
+            .cells
+            .split(',')
+            .map(|c| {
+                let (d, m) = c
+                    .trim()
+                    .split_once('x')
+                    .ok_or_else(|| anyhow::anyhow!("`--cells`: {c:?} is not DEVICESxMAXDIM"))?;
+                Ok((d.parse()?, m.parse()?))
+            })
+            .collect::<anyhow::Result<Vec<(usize, u32)>>>()?;
+        if a.epochs == 0 || a.batch_size == 0 {
+            anyhow::bail!("`--epochs` = {} and `--batch-size` = {} must be at least 1", a.epochs, a.batch_size);
+        }
+        let opts = CalibrateOptions {
+            collector: a.collector.clone(),
+            backend: a.backend.clone(),
+            out: a.out.clone(),
+            name: a.name.clone(),
+            rounds: a.rounds,
+            batch: a.batch,
+            cells,
+            train_tasks: a.train_tasks,
+            holdout_tasks: a.holdout_tasks,
+            planners: a.planners.split(',').map(|s| s.trim().to_string()).collect(),
+            sets_per_round: a.sets_per_round,
+            initial_samples: a.initial_samples,
+            comm_samples: a.comm_samples,
+            comm_max_delay_ms: a.comm_max_delay_ms,
+            mem_cap: a.mem_cap.clone(),
+            seed: a.seed,
+            train: TrainConfig { epochs: a.epochs, batch: a.batch_size, lr: 1e-3, seed: a.seed, progress: false },
+            members: a.members,
+            loss: a.loss,
+            measure_rounds: a.measure_rounds,
+            neighbours: a.neighbours,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        };
+        let reports = calibrate(&opts)?;
+        println!(
+            "| round | samples | cell | plan MAPE % | bias % | device MAPE % | tau | interval coverage | judge cv % |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for r in &reports {
+            for (cell, s) in &r.cells {
+                println!(
+                    "| {} | {} | {cell} | {:.1} | {:+.1} | {:.1} | {:.2} | {} | {:.1} |",
+                    r.round,
+                    r.samples,
+                    s.plan_mape_pct.unwrap_or(f64::NAN),
+                    s.plan_bias_pct.unwrap_or(f64::NAN),
+                    s.device_mape_pct.unwrap_or(f64::NAN),
+                    s.kendall_tau_mean.unwrap_or(f64::NAN),
+                    s.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
+                    s.measurement_cv_pct.unwrap_or(f64::NAN),
+                );
+            }
+        }
+        println!("calibrated profile: {}", opts.out.join("profiles").join(format!("round-{}", opts.rounds)).display());
+        Ok(())
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Arguments of `shardplan-train dreamshard` (defaults: the paper's loop on the DreamShard protocol).
@@ -352,16 +513,30 @@ fn autoshard(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet) = match cli.command {
-        Command::Profile { name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet } => {
-            (name, datasets, unseen, out, epochs, batch, lr, seed, resume, quiet)
-        }
-        Command::Bench { profile, sets } => return bench(&profile, sets),
-        Command::Dreamshard(args) => return dreamshard_cmd(&args),
-        Command::Autoshard { out, seed, updates, actors, tables, lr, eval_every, quiet } => {
-            return autoshard(out, seed, updates, actors, &tables, lr, eval_every, quiet);
-        }
-    };
+    let (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, resume, quiet) =
+        match cli.command {
+            Command::Profile {
+                name,
+                datasets,
+                unseen,
+                out,
+                epochs,
+                batch,
+                lr,
+                seed,
+                members,
+                loss,
+                coverage,
+                resume,
+                quiet,
+            } => (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, resume, quiet),
+            Command::Bench { profile, sets } => return bench(&profile, sets),
+            Command::Dreamshard(args) => return dreamshard_cmd(&args),
+            Command::Calibrate(args) => return calibrate_cmd(&args),
+            Command::Autoshard { out, seed, updates, actors, tables, lr, eval_every, quiet } => {
+                return autoshard(out, seed, updates, actors, &tables, lr, eval_every, quiet);
+            }
+        };
     let bad = |field: &str, value: String, allowed: &str| {
         eprintln!("error: `{field}` = {value} is invalid: {allowed}");
         ExitCode::FAILURE
@@ -382,6 +557,9 @@ fn main() -> ExitCode {
         unseen,
         out,
         train: TrainConfig { epochs, batch, lr, seed, progress: !quiet },
+        members,
+        loss,
+        coverage,
         resume,
         command,
     };

@@ -9,12 +9,25 @@ use crate::data::{CommSample, ComputeSample};
 use crate::net::{ComputeNet, Mlp, matrix, pad_sets};
 use crate::train::Trainable;
 
+/// What the compute model minimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Loss {
+    /// Mean squared error in ms² (SPEC section 5): large sets dominate.
+    #[default]
+    Mse,
+    /// Mean squared *relative* error, `((pred − y) / max(y, 0.01 ms))²`: every set counts by its
+    /// relative error, as a planner comparing devices of very different loads needs.
+    Relative,
+}
+
 /// The compute set model over compute samples.
 pub struct ComputeModel<'a> {
     /// The network.
-    pub net: ComputeNet,
+    pub net: &'a ComputeNet,
     /// All samples (indices refer to this slice).
     pub data: &'a [ComputeSample],
+    /// The loss minimised.
+    pub loss: Loss,
 }
 
 impl ComputeModel<'_> {
@@ -39,8 +52,15 @@ impl Trainable for ComputeModel<'_> {
         let sets: Vec<&[Vec<f32>]> = idx.iter().map(|&i| self.data[i].features.as_slice()).collect();
         let (x, m) = pad_sets(&sets, planner_core::features::NEUROSHARD_LEN)?;
         let y: Vec<f32> = idx.iter().map(|&i| self.data[i].target_ms as f32).collect();
-        let y = Tensor::from_vec(y, idx.len(), &Device::Cpu)?;
-        Ok((self.net.forward(&x, &m)? - y)?.sqr()?.mean_all()?)
+        let diff = (self.net.forward(&x, &m)? - Tensor::from_vec(y.clone(), idx.len(), &Device::Cpu)?)?;
+        match self.loss {
+            Loss::Mse => Ok(diff.sqr()?.mean_all()?),
+            Loss::Relative => {
+                let inv: Vec<f32> = y.iter().map(|v| 1.0 / v.max(MAPE_FLOOR_MS as f32)).collect();
+                let inv = Tensor::from_vec(inv, idx.len(), &Device::Cpu)?;
+                Ok((diff * inv)?.sqr()?.mean_all()?)
+            }
+        }
     }
 }
 

@@ -26,8 +26,10 @@ fn tmp(name: &str) -> PathBuf {
     p
 }
 
+/// Runs the collector with the contention guard off: these tests run beside each other and beside a
+/// build, and check what is recorded, not how fast (`the_guard_refuses_a_busy_machine` checks the guard).
 fn collect(args: &[&str]) -> Output {
-    Command::new(BIN).arg("--quiet").args(args).output().unwrap()
+    Command::new(BIN).args(["--quiet", "--no-guard"]).args(args).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -69,7 +71,8 @@ fn compute_collection_writes_valid_self_contained_records() {
         assert_eq!(r.hardware.backend.name(), "cpu");
         assert_eq!(r.batch_size, 16);
         let Measurement::Compute { tables, fwd, total, .. } = &r.measurement else { panic!("compute") };
-        assert!((1..=3).contains(&tables.len()));
+        // The default (mixed) sampler draws up to 30 pieces; SPEC sets up to --max-tables.
+        assert!((1..=30).contains(&tables.len()));
         assert!(tables.iter().all(|t| t.features.len() == 20));
         assert_eq!(fwd.reps_ms.len(), 2);
         assert!(total.median_ms >= fwd.median_ms);
@@ -77,6 +80,13 @@ fn compute_collection_writes_valid_self_contained_records() {
     let check = collect(&["check", out.to_str().unwrap()]);
     assert!(check.status.success(), "{}", stderr(&check));
     assert!(String::from_utf8_lossy(&check.stdout).contains("5 records: 5 compute"));
+    // The SPEC sampler keeps to --max-tables whole tables.
+    let spec = tmp("compute-spec.jsonl");
+    assert!(compute(&spec, 5, &["--sampler", "spec"]).status.success());
+    for r in &records(&spec) {
+        let Measurement::Compute { tables, .. } = &r.measurement else { panic!("compute") };
+        assert!((1..=3).contains(&tables.len()) && tables.iter().all(|t| t.rows.is_none()));
+    }
 }
 
 #[test]
@@ -105,7 +115,8 @@ fn resume_repairs_a_cut_line_and_neither_duplicates_nor_loses_samples() {
 #[test]
 fn resume_after_a_kill_completes_the_run_exactly() {
     let out = tmp("killed.jsonl");
-    let mut args: Vec<&str> = vec!["--quiet", "compute", "--samples", "300", "--out", out.to_str().unwrap()];
+    let mut args: Vec<&str> =
+        vec!["--quiet", "--no-guard", "compute", "--samples", "300", "--out", out.to_str().unwrap()];
     args.extend_from_slice(TINY);
     let mut child = Command::new(BIN).args(&args).stderr(Stdio::null()).spawn().unwrap();
     let start = Instant::now();
@@ -131,7 +142,8 @@ fn resume_after_a_kill_completes_the_run_exactly() {
 #[test]
 fn ctrl_c_stops_after_the_sample_in_flight_and_resume_finishes() {
     let out = tmp("sigint.jsonl");
-    let mut args: Vec<&str> = vec!["--quiet", "compute", "--samples", "100000", "--out", out.to_str().unwrap()];
+    let mut args: Vec<&str> =
+        vec!["--quiet", "--no-guard", "compute", "--samples", "100000", "--out", out.to_str().unwrap()];
     args.extend_from_slice(TINY);
     let child = Command::new(BIN).args(&args).stderr(Stdio::piped()).spawn().unwrap();
     let start = Instant::now();
@@ -208,8 +220,8 @@ fn comm_collection_times_every_device() {
     }
 }
 
-#[test]
-fn measure_plan_reports_the_planners_breakdown() {
+/// A small 2-device plan document of pool tables (rows capped at 1,000).
+fn small_plan(path: &Path, devices: &[usize], planner: &str) {
     use planner_core::cost::{AnalyticalModel, CostDefinition, HardwareProfile, evaluate};
     use planner_core::{Devices, Plan, PlanDocument, Task};
     let pool = planner_core::pool::dlrm_pool().unwrap();
@@ -221,45 +233,64 @@ fn measure_plan_reports_the_planners_breakdown() {
         })
         .collect();
     let task = Task::new(tables, Devices::uniform(2, 1 << 30).unwrap()).unwrap();
-    let plan = Plan::unsplit(&task, &[0, 1, 0, 1]).unwrap();
+    let plan = Plan::unsplit(&task, devices).unwrap();
     let model = AnalyticalModel::new(HardwareProfile::torchrec_default(), 65_536).unwrap();
     let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
-    let doc = PlanDocument::new("test", 0, task, &plan, report);
-    let plan_path = tmp("plan.json");
-    std::fs::write(&plan_path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let doc = PlanDocument::new(planner, 0, task, &plan, report);
+    std::fs::write(path, serde_json::to_string(&doc).unwrap()).unwrap();
+}
+
+/// Two plans of one task measured together in three rounds: every plan gets its breakdown, a cost
+/// per round, and a device set the two plans share is timed once per round (4 distinct sets × 3).
+#[test]
+fn measure_plan_reports_the_planners_breakdown() {
+    use planner_core::document::MeasuredPlans;
+    let (a, b) = (tmp("plan-a.json"), tmp("plan-b.json"));
+    small_plan(&a, &[0, 1, 0, 1], "first");
+    small_plan(&b, &[0, 1, 1, 0], "second");
     let out = tmp("measured.json");
     let o = collect(&[
         "measure-plan",
-        plan_path.to_str().unwrap(),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
         "--batch-size",
         "32",
         "--warmup",
         "0",
         "--reps",
         "2",
+        "--rounds",
+        "3",
         "--no-flush",
         "--out",
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(v["schema"], "shardplan.measured-plan/v1");
-    let m: planner_core::PlanReport = serde_json::from_value(v["measured"].clone()).unwrap();
-    assert_eq!(m.devices.len(), 2);
-    for d in &m.devices {
-        assert_eq!(d.pieces.len(), 2);
-        assert!(d.compute_ms > 0.0);
-        assert!((d.total_ms - (d.compute_ms + d.fw_comm_ms + d.bw_comm_ms)).abs() < 1e-9);
+    let v = MeasuredPlans::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!((v.rounds, v.plans.len()), (3, 2));
+    assert_eq!(v.plans[0].planner, "first");
+    for p in &v.plans {
+        let m = &p.measured;
+        assert_eq!(m.devices.len(), 2);
+        assert_eq!(p.round_costs_ms.len(), 3);
+        assert!(p.round_costs_ms.iter().all(|&c| c > 0.0) && p.cost_cv >= 0.0);
+        for d in &m.devices {
+            assert_eq!(d.pieces.len(), 2);
+            assert!(d.compute_ms > 0.0);
+            assert!((d.total_ms - (d.compute_ms + d.fw_comm_ms + d.bw_comm_ms)).abs() < 1e-9);
+        }
+        let max = m.devices.iter().map(|d| d.total_ms).fold(0.0, f64::max);
+        assert!((m.cost_ms - max).abs() < 1e-9);
     }
-    assert!(m.cost_ms >= m.devices.iter().map(|d| d.total_ms).fold(0.0, f64::max) - 1e-9);
     assert!(stderr(&o).contains("predicted"));
 }
 
 /// One GPU timing a 2-device plan's devices in turn: compute measured, comm copied from the plan; a
-/// row-wise piece is measured as its own rows with its share of the lookups.
+/// row-wise piece is measured as its own rows serving the table's lookups in its range.
 #[test]
 fn measure_plan_can_take_comm_from_the_plan_and_measures_row_pieces() {
     use planner_core::cost::{AnalyticalModel, CostDefinition, HardwareProfile, evaluate};
+    use planner_core::document::MeasuredPlans;
     use planner_core::plan::Piece;
     use planner_core::{Devices, Plan, PlanDocument, Task};
     let pool = planner_core::pool::dlrm_pool().unwrap();
@@ -276,17 +307,109 @@ fn measure_plan_can_take_comm_from_the_plan_and_measures_row_pieces() {
     let plan_path = tmp("rowplan.json");
     std::fs::write(&plan_path, serde_json::to_string(&doc).unwrap()).unwrap();
     let out = tmp("rowmeasured.json");
-    let args = ["--batch-size", "32", "--warmup", "0", "--reps", "2", "--no-flush", "--comm-from-plan", "--out"];
+    let args = [
+        "--batch-size",
+        "32",
+        "--warmup",
+        "0",
+        "--reps",
+        "2",
+        "--rounds",
+        "1",
+        "--no-flush",
+        "--comm-from-plan",
+        "--out",
+    ];
     let o = collect(&[&["measure-plan", plan_path.to_str().unwrap()][..], &args, &[out.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert!(v["comm"].as_str().unwrap().starts_with("modelled"), "{}", v["comm"]);
-    let m: planner_core::PlanReport = serde_json::from_value(v["measured"].clone()).unwrap();
+    let v = MeasuredPlans::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(v.comm.starts_with("modelled"), "{}", v.comm);
+    let m = &v.plans[0].measured;
     for (d, p) in m.devices.iter().zip(&report.devices) {
         assert_eq!((d.fw_comm_ms, d.bw_comm_ms, d.delay_ms), (p.fw_comm_ms, p.bw_comm_ms, p.delay_ms));
         assert!(d.compute_ms > 0.0);
         assert!(d.pieces[0].contains("rows"), "{:?}", d.pieces);
     }
+}
+
+/// `sets` measures exactly the sets a request file asks for, row-wise pieces with the lookups that
+/// fall in their rows, and resumes without measuring a set twice.
+#[test]
+fn sets_measures_requested_pieces_and_resumes() {
+    use planner_core::dataset::{PieceRequest, SET_REQUEST_SCHEMA, SetRequest};
+    use planner_core::plan::RowRange;
+    let pool = planner_core::pool::dlrm_pool().unwrap();
+    let mut t = pool
+        .iter()
+        .find(|p| p.rows >= 1000 && p.pooling_factor > 1.0)
+        .unwrap()
+        .at_dim("big".into(), 8, planner_core::ElementType::Fp32)
+        .unwrap();
+    t.rows = 1000;
+    let input = planner_core::TableInput::from(&t);
+    let whole = PieceRequest { table: input.clone(), rows: None, lookup_seed: 7 };
+    let quarter = |k: u64| PieceRequest {
+        table: input.clone(),
+        rows: Some(RowRange { offset: 250 * k, count: 250 }),
+        lookup_seed: 7,
+    };
+    let requests = [
+        SetRequest { schema: SET_REQUEST_SCHEMA.into(), key: "whole".into(), pieces: vec![whole] },
+        SetRequest { schema: SET_REQUEST_SCHEMA.into(), key: "rows".into(), pieces: vec![quarter(0), quarter(3)] },
+        SetRequest { schema: SET_REQUEST_SCHEMA.into(), key: "one".into(), pieces: vec![quarter(1)] },
+    ];
+    let req = tmp("requests.jsonl");
+    std::fs::write(&req, requests.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect::<String>())
+        .unwrap();
+    let out = tmp("sets.jsonl");
+    let args = |n: &'static str| {
+        let mut a = vec!["sets", "--requests", req.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        a.extend(["--batch-size", "64", "--warmup", "0", "--reps", "2", "--no-flush", n]);
+        a
+    };
+    assert!(collect(&args("--resume")).status.success());
+    let recs = records(&out);
+    assert_eq!(indices(&recs), vec![0, 1, 2]);
+    let Measurement::Compute { tables, .. } = &recs[1].measurement else { panic!("compute") };
+    assert_eq!(tables.len(), 2);
+    assert_eq!(tables[0].rows, Some(RowRange { offset: 0, count: 250 }));
+    // The features are the cost model's view of the piece: its rows, its share of the pooling factor.
+    assert_eq!(tables[0].features[2], 250.0);
+    assert!((tables[0].features[1] - t.pooling_factor / 4.0).abs() < 1e-12);
+    // The whole batch's lookups are split among the quarters: together they serve at most all of them.
+    let whole_lookups = (64.0 * t.pooling_factor).round() as u64;
+    let served: u64 = tables.iter().map(|x| x.lookups.unwrap()).sum();
+    assert!(served <= whole_lookups, "{served} > {whole_lookups}");
+    assert_eq!(recs[1].run.sampler.as_deref().map(|s| s.starts_with("requests:requests.jsonl#")), Some(true));
+    // A resumed run has nothing left to do.
+    let o = collect(&args("--resume"));
+    assert!(o.status.success() && stderr(&o).contains("0 written now"), "{}", stderr(&o));
+    assert_eq!(records(&out).len(), 3);
+    // A malformed request names the line and the field.
+    std::fs::write(&req, r#"{"schema":"shardplan.set-request/v1","key":"x","pieces":[]}"#).unwrap();
+    let o = collect(&args("--resume"));
+    assert!(!o.status.success() && stderr(&o).contains("line 1") && stderr(&o).contains("pieces"), "{}", stderr(&o));
+}
+
+/// While another process keeps a core busy, the guard refuses to record a sample (with no retries the
+/// run stops at once, naming the reading); with the guard off the same run records it.
+#[test]
+fn the_guard_refuses_a_busy_machine() {
+    let mut burner = Command::new("sh").args(["-c", "while :; do :; done"]).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = tmp("guarded.jsonl");
+    let mut args = vec!["--quiet", "--guard-retries", "0", "--guard-max-busy-pct", "5", "compute", "--samples", "1"];
+    args.extend(["--out", out.to_str().unwrap(), "--batch-size", "256", "--max-tables", "3", "--mem-cap", "4MiB"]);
+    // The sample must run long enough for the CPU accounting to see the burner (ticks are 10 ms).
+    args.extend(["--warmup", "1", "--reps", "300", "--no-flush"]);
+    let o = Command::new(BIN).args(&args).output().unwrap();
+    let e = stderr(&o);
+    let _ = burner.kill();
+    let _ = burner.wait();
+    assert!(!o.status.success(), "recorded a sample on a busy machine");
+    assert!(e.contains("other processes") && e.contains("limit 5%"), "{e}");
+    let kept = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(kept.is_empty(), "nothing polluted may be recorded: {kept}");
 }
 
 /// Every refusal names the field and the value; none panics.

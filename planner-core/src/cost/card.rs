@@ -63,12 +63,46 @@ pub struct ComputeCard {
     pub head_file: String,
     /// End-to-end graph file (inputs `features` [B, T, 20], `mask` [B, T] → `cost_ms` [B, 1]).
     pub end_to_end_file: String,
+    /// Further members of an ensemble: networks of the same shape trained from other seeds on bootstrap
+    /// resamples of the training split. The profile's compute cost is the mean over all members (the
+    /// files above and these); their spread gives the prediction interval. Empty for a single model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ensemble: Vec<MemberFiles>,
+    /// How wide the prediction interval is, calibrated on held-out data; absent without an ensemble.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<IntervalCard>,
     /// Batch size (bags per table) of the measurements.
     pub batch_size: u32,
     /// Metrics per named evaluation (e.g. `random/test`, `unseen/test`, `analytical/random/test`).
     pub metrics: BTreeMap<String, SplitMetrics>,
     /// Training data.
     pub dataset: DatasetInfo,
+}
+
+/// The graph files of one further ensemble member (same shapes as the first member's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberFiles {
+    /// Encoder graph file.
+    pub encoder_file: String,
+    /// Head graph file.
+    pub head_file: String,
+}
+
+/// A calibrated prediction interval: `mean ± z · sd` over the ensemble's members covered `coverage` of
+/// the held-out samples it was calibrated on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalCard {
+    /// Multiplier of the members' standard deviation.
+    pub z: f64,
+    /// Share of the calibration samples inside the interval (the target, e.g. 0.9).
+    pub coverage: f64,
+    /// Which samples it was calibrated on (e.g. `validation split, 410 samples`).
+    pub calibrated_on: String,
+    /// Share of the test split inside the interval (samples it was not calibrated on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_coverage: Option<f64>,
 }
 
 /// One device count's comm models.
@@ -152,6 +186,18 @@ impl ModelCard {
             );
         }
         check_norm(&self.name, "compute normalisation", &c.normalisation)?;
+        if let Some(i) = &c.interval {
+            if !(i.z.is_finite() && i.z > 0.0) || !(0.0..=1.0).contains(&i.coverage) {
+                return mismatch(
+                    "compute interval",
+                    "z > 0 and coverage in [0, 1]".into(),
+                    format!("z {} coverage {}", i.z, i.coverage),
+                );
+            }
+            if c.ensemble.is_empty() {
+                return mismatch("compute interval", "an ensemble of at least two members".into(), "one member".into());
+            }
+        }
         for comm in &self.comm {
             let d = comm.devices;
             if comm.bw_normalisation.mean.len() != d || comm.fw_normalisation.mean.len() != 2 * d {

@@ -109,6 +109,16 @@ pub trait CostModel {
     fn incremental(&self) -> Option<&dyn IncrementalCompute> {
         None
     }
+    /// The compute time of `set` under each member of an ensemble, ms (`None` for a single model). The
+    /// model's [`CostModel::compute_ms`] is their mean.
+    fn compute_members_ms(&self, _set: &[PieceRef<'_>]) -> Result<Option<Vec<f64>>> {
+        Ok(None)
+    }
+    /// The calibrated multiplier of the members' standard deviation that makes a prediction interval
+    /// (`None` when the model has no calibrated interval).
+    fn interval_z(&self) -> Option<f64> {
+        None
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {
@@ -148,6 +158,9 @@ pub struct DeviceReport {
     pub dim_sum: u64,
     /// Fused compute time.
     pub compute_ms: f64,
+    /// Prediction interval of `compute_ms` (`[low, high]`, ms), when the model has a calibrated one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_interval_ms: Option<[f64; 2]>,
     /// Forward/backward parts of `compute_ms`, when the model knows them.
     pub compute_split: Option<ComputeSplit>,
     /// Forward all-to-all time.
@@ -169,6 +182,10 @@ pub struct PlanReport {
     pub definition: CostDefinition,
     /// Max over devices of `total_ms` (the step time of the embedding part).
     pub cost_ms: f64,
+    /// Prediction interval of `cost_ms` (`[low, high]`, ms): the plan priced by every ensemble member
+    /// (comm as for `cost_ms`), `cost_ms ± z · sd`. Absent without a calibrated interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_interval_ms: Option<[f64; 2]>,
     /// Device with the largest total.
     pub bottleneck_device: usize,
     /// Whether every device is within its memory cap.
@@ -215,6 +232,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             mem_cap_bytes: cap,
             dim_sum: set.iter().map(|p| u64::from(p.dim)).sum(),
             compute_ms: model.compute_ms(&set)?,
+            compute_interval_ms: None,
             compute_split: model.compute_split(&set)?,
             fw_comm_ms: 0.0,
             bw_comm_ms: 0.0,
@@ -225,14 +243,8 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
     let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
     let bw = model.bw_comm_ms(&dims)?;
     check_len(model, "backward comm", &bw, n)?;
-    let delays: Vec<f64> = match definition {
-        CostDefinition::NeuroShard => {
-            let start: Vec<f64> = devices.iter().zip(&bw).map(|(d, b)| d.compute_ms + b).collect();
-            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
-            start.iter().map(|s| s - min).collect()
-        }
-        CostDefinition::FourPhase => vec![0.0; n],
-    };
+    let compute: Vec<f64> = devices.iter().map(|d| d.compute_ms).collect();
+    let delays = start_delays_ms(&compute, &bw, definition);
     let fw = model.fw_comm_ms(&dims, &delays)?;
     check_len(model, "forward comm", &fw, n)?;
     for (i, d) in devices.iter_mut().enumerate() {
@@ -241,20 +253,57 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         d.delay_ms = delays[i];
         d.total_ms = d.compute_ms + d.bw_comm_ms + d.fw_comm_ms;
     }
-    let (bottleneck_device, cost_ms) = devices
-        .iter()
-        .map(|d| d.total_ms)
-        .enumerate()
-        .fold((0, f64::NEG_INFINITY), |best, (i, c)| if c > best.1 { (i, c) } else { best });
+    let (bottleneck_device, cost_ms) = bottleneck(&devices.iter().map(|d| d.total_ms).collect::<Vec<_>>());
+    let mut cost_interval_ms = None;
+    if let Some(z) = model.interval_z() {
+        // Every device's members; an empty device costs 0 under every member.
+        let mut member_totals: Option<Vec<Vec<f64>>> = Some(Vec::with_capacity(n));
+        for (d, idx) in by_device.iter().enumerate() {
+            let set: Vec<PieceRef<'_>> =
+                idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
+            let comm = devices[d].bw_comm_ms + devices[d].fw_comm_ms;
+            let members = if set.is_empty() { None } else { model.compute_members_ms(&set)? };
+            match (members, &mut member_totals) {
+                (Some(m), Some(all)) => {
+                    devices[d].compute_interval_ms = Some(interval(devices[d].compute_ms, &m, z));
+                    all.push(m.iter().map(|c| c + comm).collect());
+                }
+                (None, Some(all)) if set.is_empty() => all.push(Vec::new()),
+                _ => member_totals = None,
+            }
+        }
+        if let Some(all) = member_totals {
+            let k = all.iter().map(Vec::len).max().unwrap_or(0);
+            let costs: Vec<f64> = (0..k)
+                .map(|m| all.iter().map(|d| d.get(m).copied().unwrap_or(0.0)).fold(f64::NEG_INFINITY, f64::max))
+                .collect();
+            if k > 1 {
+                cost_interval_ms = Some(interval(cost_ms, &costs, z));
+            }
+        }
+    }
     Ok(PlanReport {
         cost_model: model.name(),
         definition,
         cost_ms,
+        cost_interval_ms,
         bottleneck_device,
         feasible: violations.is_empty(),
         violations,
         devices,
     })
+}
+
+/// `center ± z · sd(members)`, the low end clamped at 0.
+fn interval(center: f64, members: &[f64], z: f64) -> [f64; 2] {
+    let n = members.len() as f64;
+    let mean = members.iter().sum::<f64>() / n;
+    let sd = if members.len() > 1 {
+        (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    [(center - z * sd).max(0.0), center + z * sd]
 }
 
 fn check_len(model: &dyn CostModel, what: &str, v: &[f64], n: usize) -> Result<()> {
@@ -269,4 +318,30 @@ fn check_len(model: &dyn CostModel, what: &str, v: &[f64], n: usize) -> Result<(
             v.iter().all(|x| x.is_finite())
         ),
     })
+}
+
+/// The forward all-to-all's start delay of every device (SPEC section 1): under NeuroShard's definition a
+/// device starts its forward exchange when its compute and backward exchange are done, so its delay is
+/// `compute + bw − min over devices of (compute + bw)`; under the four-phase definition every delay is 0.
+/// Predicted and measured plans both go through this one formula.
+#[must_use]
+pub fn start_delays_ms(compute_ms: &[f64], bw_comm_ms: &[f64], definition: CostDefinition) -> Vec<f64> {
+    match definition {
+        CostDefinition::NeuroShard => {
+            let start: Vec<f64> = compute_ms.iter().zip(bw_comm_ms).map(|(c, b)| c + b).collect();
+            let min = start.iter().copied().fold(f64::INFINITY, f64::min);
+            start.iter().map(|s| s - min).collect()
+        }
+        CostDefinition::FourPhase => vec![0.0; compute_ms.len()],
+    }
+}
+
+/// The bottleneck device and the plan's cost: the largest device total (the first device on ties).
+#[must_use]
+pub fn bottleneck(totals_ms: &[f64]) -> (usize, f64) {
+    totals_ms
+        .iter()
+        .copied()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (i, c)| if c > best.1 { (i, c) } else { best })
 }

@@ -6,6 +6,11 @@
 //! feature vector), evaluates a device's set by adding vectors and running only the head, and caches
 //! set costs by the multiset of pieces. Comm models are plain MLPs per device count.
 //!
+//! A profile may hold an *ensemble*: several compute networks of the same shape trained from other seeds
+//! on bootstrap resamples. The compute cost is the mean of the members, and their spread, scaled by the
+//! card's calibrated `z`, is the prediction interval ([`NeuralModel::compute_members_ms`], used by
+//! [`crate::cost::evaluate`]). A piece's incremental vector is the concatenation of its members' vectors.
+//!
 //! tract was chosen as the runtime because the same crate runs the ONNX graphs natively and in a
 //! browser; ONNX keeps the models inspectable and runnable elsewhere (onnxruntime, PyTorch).
 
@@ -129,12 +134,33 @@ struct CommGraphs {
     fw: Graph,
 }
 
-/// A trained profile as a [`CostModel`].
-pub struct NeuralModel {
-    card: ModelCard,
+/// One compute network of a profile: encoder, head, and the head in plain Rust when possible.
+struct Member {
     encoder: Graph,
     head: Graph,
     native_head: Option<NativeMlp>,
+}
+
+impl Member {
+    fn load(model: &str, k: usize, encoder: &[u8], head: &[u8]) -> Result<Self> {
+        let tag = if k == 0 { String::new() } else { format!(" (member {k})") };
+        let encoder = Graph::load(model, &format!("compute encoder{tag}"), encoder, ENCODER_WIDTHS[0], EMBED_LEN)?;
+        let head_graph = Graph::load(model, &format!("compute head{tag}"), head, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
+        // The head evaluated natively when its graph is a plain dense chain of the expected widths;
+        // otherwise every head call goes through tract.
+        let native_head = NativeMlp::from_onnx(head)
+            .ok()
+            .filter(|m| m.input_width() == HEAD_WIDTHS[0] && m.output_width() == HEAD_WIDTHS[2]);
+        Ok(Self { encoder, head: head_graph, native_head })
+    }
+}
+
+/// A trained profile as a [`CostModel`].
+pub struct NeuralModel {
+    card: ModelCard,
+    members: Vec<Member>,
+    /// Every member has a native head (then the incremental API is available).
+    native: bool,
     comm: BTreeMap<usize, CommGraphs>,
     comm_fallback: Option<AnalyticalModel>,
     caches: Mutex<Caches>,
@@ -152,14 +178,11 @@ impl NeuralModel {
             })
         };
         let c = &card.compute;
-        let encoder = Graph::load(&card.name, "compute encoder", get(&c.encoder_file)?, ENCODER_WIDTHS[0], EMBED_LEN)?;
-        let head_bytes = get(&c.head_file)?;
-        let head = Graph::load(&card.name, "compute head", head_bytes, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
-        // The head evaluated natively when its graph is a plain dense chain of the expected widths;
-        // otherwise every head call goes through tract.
-        let native_head = NativeMlp::from_onnx(head_bytes)
-            .ok()
-            .filter(|m| m.input_width() == HEAD_WIDTHS[0] && m.output_width() == HEAD_WIDTHS[2]);
+        let mut members = vec![Member::load(&card.name, 0, get(&c.encoder_file)?, get(&c.head_file)?)?];
+        for (k, m) in c.ensemble.iter().enumerate() {
+            members.push(Member::load(&card.name, k + 1, get(&m.encoder_file)?, get(&m.head_file)?)?);
+        }
+        let native = members.iter().all(|m| m.native_head.is_some());
         let mut comm = BTreeMap::new();
         for cc in &card.comm {
             let d = cc.devices;
@@ -169,9 +192,8 @@ impl NeuralModel {
         }
         Ok(Self {
             card,
-            encoder,
-            head,
-            native_head,
+            members,
+            native,
             comm,
             comm_fallback: None,
             caches: Mutex::new(Caches::default()),
@@ -216,10 +238,20 @@ impl NeuralModel {
         pieces.iter().flat_map(|p| norm.apply(&piece_raw(p))).collect()
     }
 
-    /// Embeds pieces through the encoder graph (no cache).
+    /// Members of the ensemble (1 for a single model).
+    #[must_use]
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Embeds pieces through the first member's encoder graph (no cache).
     pub fn embed(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<[f32; EMBED_LEN]>> {
+        self.embed_with(0, pieces)
+    }
+
+    fn embed_with(&self, member: usize, pieces: &[PieceRef<'_>]) -> Result<Vec<[f32; EMBED_LEN]>> {
         let input = Self::encoder_input(&self.card.compute.normalisation, pieces);
-        let out = self.encoder.run(pieces.len(), &input)?;
+        let out = self.members[member].encoder.run(pieces.len(), &input)?;
         Ok(out
             .chunks_exact(EMBED_LEN)
             .map(|c| {
@@ -230,20 +262,80 @@ impl NeuralModel {
             .collect())
     }
 
-    /// The head as plain Rust, when its graph is a dense chain (see [`NativeMlp`]).
+    /// The first member's head as plain Rust, when its graph is a dense chain (see [`NativeMlp`]).
     #[must_use]
     pub fn native_head(&self) -> Option<&NativeMlp> {
-        self.native_head.as_ref()
+        self.members[0].native_head.as_ref()
     }
 
-    /// Runs the head graph through tract on set sums; costs in ms, clamped at 0 (a step never takes
-    /// negative time).
+    /// Runs the first member's head graph through tract on set sums; costs in ms, clamped at 0 (a step
+    /// never takes negative time).
     pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
-        let input: Vec<f32> = sums.iter().flatten().copied().collect();
-        Ok(self.head.run(sums.len(), &input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+        self.member_head_ms(0, sums)
     }
 
-    /// Interns pieces, embedding the ones never seen; returns their ids.
+    fn member_head_ms(&self, member: usize, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
+        let input: Vec<f32> = sums.iter().flatten().copied().collect();
+        Ok(self.members[member].head.run(sums.len(), &input)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+    }
+
+    /// The compute time of `set` under every member, ms (one value for a single model).
+    pub fn compute_members_ms(&self, set: &[PieceRef<'_>]) -> Result<Vec<f64>> {
+        let mut caches = self.lock()?;
+        let ids = self.intern(&mut caches, set)?;
+        self.members_of(&caches, &ids)
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Caches>> {
+        self.caches.lock().map_err(|_| Error::CostModel {
+            model: self.card.name.clone(),
+            message: "cache lock poisoned by an earlier failure".into(),
+        })
+    }
+
+    /// Per-member costs of the set of interned pieces `ids`.
+    fn members_of(&self, caches: &Caches, ids: &[u32]) -> Result<Vec<f64>> {
+        let k = self.members.len();
+        if self.native {
+            let width = self.vector_len() / k;
+            let mut sum = vec![0i64; width * k];
+            for &id in ids {
+                add_into(&mut sum, &caches.projections[id as usize]);
+            }
+            return Ok(self
+                .members
+                .iter()
+                .enumerate()
+                .map(|(m, member)| {
+                    member
+                        .native_head
+                        .as_ref()
+                        .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
+                })
+                .collect());
+        }
+        (0..k)
+            .map(|m| {
+                let mut s = [0.0f32; EMBED_LEN];
+                for &id in ids {
+                    for (a, b) in s.iter_mut().zip(&caches.embeddings[id as usize * k + m]) {
+                        *a += b;
+                    }
+                }
+                Ok(self.member_head_ms(m, &[s])?.first().copied().unwrap_or(0.0))
+            })
+            .collect()
+    }
+
+    /// The calibrated interval multiplier of the ensemble, if the profile has one.
+    #[must_use]
+    pub fn interval_z(&self) -> Option<f64> {
+        self.card.compute.interval.as_ref().map(|i| i.z).filter(|_| self.members.len() > 1)
+    }
+
+    /// Interns pieces, embedding the ones never seen through every member; returns their ids. Piece
+    /// `id` has embeddings `id·k .. id·k + k` (one per member) and one projection holding the members'
+    /// first-layer projections one after another.
     fn intern(&self, caches: &mut Caches, pieces: &[PieceRef<'_>]) -> Result<Vec<u32>> {
         let keys: Vec<PieceKey> = pieces.iter().map(piece_key).collect();
         let mut missing: Vec<usize> = Vec::new();
@@ -254,18 +346,23 @@ impl NeuralModel {
         }
         if !missing.is_empty() {
             let new: Vec<PieceRef<'_>> = missing.iter().map(|&i| pieces[i]).collect();
-            for (i, emb) in missing.iter().zip(self.embed(&new)?) {
-                let id = caches.embeddings.len() as u32;
-                if let Some(native) = &self.native_head {
-                    let x: Vec<f64> = emb.iter().map(|&v| f64::from(v)).collect();
-                    let fixed = native
-                        .project_first(&x)
-                        .into_iter()
-                        .map(|v| to_fixed(&self.card.name, v))
-                        .collect::<Result<Vec<i64>>>()?;
-                    caches.projections.push(fixed);
+            let per_member = (0..self.members.len()).map(|m| self.embed_with(m, &new)).collect::<Result<Vec<_>>>()?;
+            for (j, i) in missing.iter().enumerate() {
+                let id = caches.piece_ids.len() as u32;
+                let mut projection = Vec::new();
+                for (m, member) in self.members.iter().enumerate() {
+                    let emb = per_member[m][j];
+                    if let (Some(native), true) = (&member.native_head, self.native) {
+                        let x: Vec<f64> = emb.iter().map(|&v| f64::from(v)).collect();
+                        for v in native.project_first(&x) {
+                            projection.push(to_fixed(&self.card.name, v)?);
+                        }
+                    }
+                    caches.embeddings.push(emb);
                 }
-                caches.embeddings.push(emb);
+                if self.native {
+                    caches.projections.push(projection);
+                }
                 caches.piece_ids.insert(keys[*i], id);
                 caches.stats.pieces_embedded += 1;
             }
@@ -288,19 +385,20 @@ impl NeuralModel {
     }
 }
 
-/// With a native head: a piece's vector is its embedding through the head's first layer (weights
-/// only), and a set's cost is the rest of the head on the sum plus the first layer's bias — the same
-/// numbers [`CostModel::compute_ms`] gives.
+/// With native heads: a piece's vector is, for every member, its embedding through that member's head's
+/// first layer (weights only), one after another; a set's cost is the mean over members of the rest of
+/// each head on its part of the sum plus the first layer's bias — the same numbers
+/// [`CostModel::compute_ms`] gives.
 impl IncrementalCompute for NeuralModel {
     fn vector_len(&self) -> usize {
-        self.native_head.as_ref().map_or(0, NativeMlp::first_width)
+        if !self.native {
+            return 0;
+        }
+        self.members.iter().map(|m| m.native_head.as_ref().map_or(0, NativeMlp::first_width)).sum()
     }
 
     fn piece_vectors(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<f64>> {
-        let mut caches = self.caches.lock().map_err(|_| Error::CostModel {
-            model: self.card.name.clone(),
-            message: "cache lock poisoned by an earlier failure".into(),
-        })?;
+        let mut caches = self.lock()?;
         let ids = self.intern(&mut caches, pieces)?;
         let mut out = Vec::with_capacity(ids.len() * self.vector_len());
         for id in ids {
@@ -314,13 +412,37 @@ impl IncrementalCompute for NeuralModel {
     }
 
     fn head_ms(&self, sum: &[i64]) -> f64 {
-        self.native_head.as_ref().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0))
+        let k = self.members.len();
+        let width = sum.len() / k.max(1);
+        let total: f64 = self
+            .members
+            .iter()
+            .enumerate()
+            .map(|(m, member)| {
+                member
+                    .native_head
+                    .as_ref()
+                    .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
+            })
+            .sum();
+        total / k as f64
     }
 }
 
 impl CostModel for NeuralModel {
     fn incremental(&self) -> Option<&dyn IncrementalCompute> {
-        self.native_head.as_ref().map(|_| self as &dyn IncrementalCompute)
+        self.native.then_some(self as &dyn IncrementalCompute)
+    }
+
+    fn compute_members_ms(&self, set: &[PieceRef<'_>]) -> Result<Option<Vec<f64>>> {
+        if self.members.len() < 2 {
+            return Ok(None);
+        }
+        NeuralModel::compute_members_ms(self, set).map(Some)
+    }
+
+    fn interval_z(&self) -> Option<f64> {
+        NeuralModel::interval_z(self)
     }
 
     fn name(&self) -> String {
@@ -335,57 +457,22 @@ impl CostModel for NeuralModel {
     }
 
     fn compute_many_ms(&self, sets: &[&[PieceRef<'_>]]) -> Result<Vec<f64>> {
-        let mut caches = self.caches.lock().map_err(|_| Error::CostModel {
-            model: self.card.name.clone(),
-            message: "cache lock poisoned by an earlier failure".into(),
-        })?;
+        let mut caches = self.lock()?;
         let mut out = vec![0.0; sets.len()];
-        let mut todo: Vec<(usize, Vec<u32>)> = Vec::new();
         for (i, set) in sets.iter().enumerate() {
             let mut ids = self.intern(&mut caches, set)?;
             ids.sort_unstable();
-            match self.use_set_cache.then(|| caches.sets.get(&ids).copied()).flatten() {
-                Some(c) => {
-                    out[i] = c;
-                    caches.stats.set_hits += 1;
-                }
-                None => todo.push((i, ids)),
-            }
-        }
-        if let (Some(native), false) = (&self.native_head, todo.is_empty()) {
-            let width = native.first_width();
-            for (i, ids) in todo {
-                let mut sum = vec![0i64; width];
-                for &id in &ids {
-                    add_into(&mut sum, &caches.projections[id as usize]);
-                }
-                let c = native.output_from_fixed_projection(&sum).max(0.0);
+            if let Some(c) = self.use_set_cache.then(|| caches.sets.get(&ids).copied()).flatten() {
                 out[i] = c;
-                caches.stats.set_misses += 1;
-                if self.use_set_cache {
-                    caches.sets.insert(ids, c);
-                }
+                caches.stats.set_hits += 1;
+                continue;
             }
-        } else if !todo.is_empty() {
-            let sums: Vec<[f32; EMBED_LEN]> = todo
-                .iter()
-                .map(|(_, ids)| {
-                    let mut s = [0.0f32; EMBED_LEN];
-                    for &id in ids {
-                        for (a, b) in s.iter_mut().zip(&caches.embeddings[id as usize]) {
-                            *a += b;
-                        }
-                    }
-                    s
-                })
-                .collect();
-            let costs = self.head_ms(&sums)?;
-            for ((i, ids), c) in todo.into_iter().zip(costs) {
-                out[i] = c;
-                caches.stats.set_misses += 1;
-                if self.use_set_cache {
-                    caches.sets.insert(ids, c);
-                }
+            let members = self.members_of(&caches, &ids)?;
+            let c = members.iter().sum::<f64>() / members.len() as f64;
+            out[i] = c;
+            caches.stats.set_misses += 1;
+            if self.use_set_cache {
+                caches.sets.insert(ids, c);
             }
         }
         Ok(out)

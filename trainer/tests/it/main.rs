@@ -45,7 +45,7 @@ fn fixture(n: usize, seed: u64) -> String {
         let rec = CostRecord {
             schema: DATASET_SCHEMA.into(),
             sample_index: i as u64,
-            run: RunInfo { seed, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1 },
+            run: RunInfo { seed, pool: "dlrm_t856".into(), shard_index: 0, shard_count: 1, sampler: None },
             hardware: Hardware {
                 backend: BackendKind::Cpu,
                 fingerprint: "fixture".into(),
@@ -62,6 +62,7 @@ fn fixture(n: usize, seed: u64) -> String {
                 bwd: Timings::from_reps(vec![target * 2.0 / 3.0; 3]),
                 total: t,
             },
+            conditions: None,
         };
         out.push_str(&serde_json::to_string(&rec).unwrap());
         out.push('\n');
@@ -83,6 +84,9 @@ fn options(dir: &std::path::Path, data: PathBuf, epochs: usize) -> ProfileOption
         unseen: vec![],
         out: dir.join("profile"),
         train: TrainConfig { epochs, batch: 64, lr: 3e-3, seed: 11, progress: false },
+        members: 1,
+        loss: trainer::models::Loss::Mse,
+        coverage: 0.9,
         resume: false,
         command: "test".into(),
     }
@@ -267,4 +271,61 @@ fn run_ort(path: &str, model: &[u8], x: &[f32], mask: &[f32], b: usize, t: usize
     let outputs = session.run(ort::inputs!["features" => xs, "mask" => ms]).unwrap();
     let (_, data) = outputs["cost_ms"].try_extract_tensor::<f32>().unwrap();
     data.to_vec()
+}
+
+/// An ensemble profile: its members' spread gives an interval calibrated on the validation split, which
+/// covers about its share of fresh samples it never saw, and a plan's report carries the interval of its
+/// cost (around the cost, from every member pricing the whole plan).
+#[test]
+fn an_ensemble_gives_calibrated_intervals() {
+    use planner_core::cost::{CostDefinition, evaluate};
+    let dir = scratch("ensemble");
+    let data = dir.join("fixture.jsonl");
+    std::fs::write(&data, fixture(400, 5)).unwrap();
+    let mut opts = options(&dir, data, 40);
+    opts.members = 3;
+    opts.loss = trainer::models::Loss::Relative;
+    let outcome = train_profile(&opts).unwrap();
+    let card = &outcome.card.compute;
+    assert_eq!(card.ensemble.len(), 2, "two members beyond the first");
+    let interval = card.interval.clone().expect("an interval");
+    assert!(interval.z > 0.0 && interval.z.is_finite());
+    assert!(outcome.reload_max_abs_diff_ms < 1e-3, "the planner's mean equals the trainer's");
+    let (card_json, files) = load_profile(&dir.join("profile"));
+    let model = NeuralModel::from_profile(&card_json, |f| files.get(f).map(Vec::as_slice)).unwrap();
+    assert_eq!(model.member_count(), 3);
+
+    // Fresh samples from another seed: the share inside mean ± z·sd is near the calibrated 90%.
+    let fresh = fixture(200, 77);
+    let (mut inside, mut total) = (0, 0);
+    for line in fresh.lines() {
+        let r: CostRecord = serde_json::from_str(line).unwrap();
+        let Measurement::Compute { tables, total: t, .. } = &r.measurement else { unreachable!() };
+        let specs: Vec<TableSpec> = tables.iter().map(|x| x.validated(0).unwrap().0).collect();
+        let set: Vec<PieceRef<'_>> = specs.iter().map(|s| PieceRef::whole(s, s.dim)).collect();
+        let m = model.compute_members_ms(&set).unwrap();
+        let mean = m.iter().sum::<f64>() / m.len() as f64;
+        let sd = (m.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (m.len() - 1) as f64).sqrt();
+        total += 1;
+        if (t.median_ms - mean).abs() <= interval.z * sd {
+            inside += 1;
+        }
+    }
+    let coverage = f64::from(inside) / f64::from(total);
+    assert!((0.7..=1.0).contains(&coverage), "coverage {coverage} of fresh samples (calibrated for 0.9)");
+
+    // A plan's report: every non-empty device and the cost carry an interval around the prediction.
+    let pool = planner_core::pool::dlrm_pool().unwrap();
+    let tables: Vec<TableSpec> =
+        (0..6).map(|i| pool[i * 37 + 5].at_dim(format!("x{i}"), 32, ElementType::Fp32).unwrap()).collect();
+    let task = planner_core::Task::new(tables, planner_core::Devices::uniform(3, 1 << 40).unwrap()).unwrap();
+    let plan = planner_core::Plan::unsplit(&task, &[0, 0, 1, 1, 2, 2]).unwrap();
+    let model = model.with_comm_fallback(AnalyticalModel::default());
+    let report = evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+    let [lo, hi] = report.cost_interval_ms.expect("a cost interval");
+    assert!(lo <= report.cost_ms && report.cost_ms <= hi && lo < hi, "{lo} {} {hi}", report.cost_ms);
+    for d in &report.devices {
+        let [lo, hi] = d.compute_interval_ms.expect("a device interval");
+        assert!(lo <= d.compute_ms && d.compute_ms <= hi);
+    }
 }

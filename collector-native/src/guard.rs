@@ -1,0 +1,283 @@
+//! The contention guard: a measurement taken while something else runs on the machine is thrown away
+//! and taken again, or refused, never recorded.
+//!
+//! Two independent signals, read around every timed sample:
+//! * **CPU accounting** (`/proc/stat` against `/proc/self/stat`): the share of the machine's CPU time
+//!   spent by *other* processes (a build, another benchmark) and stolen by the hypervisor while the
+//!   sample ran. On a two-core machine a build beside a measurement makes it up to 6× slower.
+//! * **A reference kernel**: a fixed small fused set timed right after the sample and compared with its
+//!   baseline, taken when the guard starts. It catches what accounting cannot see: a noisy neighbour on
+//!   the same host competing for the last-level cache and memory bandwidth, or a slower clock.
+//!
+//! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, …); after
+//! `max_retries` the run stops with an error naming the readings (a collection resumes with
+//! `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
+//! kernel judges.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use planner_core::dataset::{Conditions, median};
+use planner_core::pool::dlrm_pool;
+use planner_core::table::{ElementType, TableSpec};
+
+use crate::backend::{Backend, Timing};
+use crate::workload::{Bags, generate_bags};
+
+/// CPU time counters of the whole machine and of this process, in clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// All ticks of every CPU (user, nice, system, idle, iowait, irq, softirq, steal).
+    pub total: u64,
+    /// Ticks doing work (user, nice, system, irq, softirq).
+    pub busy: u64,
+    /// Ticks stolen by the hypervisor.
+    pub steal: u64,
+    /// Ticks of this process (user + system, all threads).
+    pub own: u64,
+}
+
+/// Parses the aggregate `cpu` line of `/proc/stat`: (total, busy, steal).
+#[must_use]
+pub fn parse_proc_stat(text: &str) -> Option<(u64, u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).map(str::parse).collect::<Result<_, _>>().ok()?;
+    if v.len() < 8 {
+        return None;
+    }
+    let total = v.iter().sum();
+    let busy = v[0] + v[1] + v[2] + v[5] + v[6];
+    Some((total, busy, v[7]))
+}
+
+/// Parses `/proc/self/stat`: utime + stime (fields 14 and 15), after the parenthesised command name.
+#[must_use]
+pub fn parse_self_stat(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Reads the counters now (`None` where `/proc` is not available).
+#[must_use]
+pub fn cpu_ticks() -> Option<CpuTicks> {
+    let (total, busy, steal) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    let own = parse_self_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    Some(CpuTicks { total, busy, steal, own })
+}
+
+/// (other processes' busy share, steal share) between two readings, percent of the machine.
+#[must_use]
+pub fn usage_pct(before: CpuTicks, after: CpuTicks) -> (f64, f64) {
+    let total = after.total.saturating_sub(before.total);
+    if total == 0 {
+        return (0.0, 0.0);
+    }
+    let busy = after.busy.saturating_sub(before.busy);
+    let own = after.own.saturating_sub(before.own);
+    let other = busy.saturating_sub(own);
+    (100.0 * other as f64 / total as f64, 100.0 * after.steal.saturating_sub(before.steal) as f64 / total as f64)
+}
+
+/// Limits of the guard.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuardLimits {
+    /// Largest share of the machine other processes may use during a sample, percent.
+    pub max_other_busy_pct: f64,
+    /// Largest share the hypervisor may steal, percent.
+    pub max_steal_pct: f64,
+    /// Largest reference time after a sample over the baseline.
+    pub max_reference_ratio: f64,
+    /// Measurements of one sample thrown away before the run stops.
+    pub max_retries: u32,
+}
+
+impl Default for GuardLimits {
+    fn default() -> Self {
+        Self { max_other_busy_pct: 10.0, max_steal_pct: 10.0, max_reference_ratio: 1.35, max_retries: 6 }
+    }
+}
+
+/// The reference kernel: four pool tables (fixed ids, dims 32–128, rows capped at 400,000), about
+/// 120 MB of weights, and their lookups for the run's batch.
+struct Reference {
+    tables: Vec<TableSpec>,
+    bags: Vec<Bags>,
+    baseline_ms: f64,
+}
+
+/// Timed runs of one reference reading (after one untimed run).
+const REFERENCE_REPS: u32 = 3;
+/// Readings the baseline is the median of.
+const BASELINE_READINGS: usize = 5;
+
+fn reference_set(batch: u32) -> Result<(Vec<TableSpec>, Vec<Bags>)> {
+    let pool = dlrm_pool()?;
+    let picks = [(17usize, 128u32), (101, 64), (233, 32), (412, 64)];
+    let mut tables = Vec::new();
+    for (k, &(id, dim)) in picks.iter().enumerate() {
+        let p = &pool[id % pool.len()];
+        let mut t = p.at_dim(format!("reference{k}"), dim, ElementType::Fp32)?;
+        t.rows = t.rows.min(400_000);
+        tables.push(t);
+    }
+    let bags =
+        tables.iter().enumerate().map(|(k, t)| generate_bags(t, batch, 0x5EF0 + k as u64)).collect::<Result<_>>()?;
+    Ok((tables, bags))
+}
+
+/// Watches the machine around every measurement.
+pub struct Guard {
+    limits: GuardLimits,
+    reference: Option<Reference>,
+    /// Pause before the first re-measurement (doubles each time).
+    pause: Duration,
+}
+
+/// What the guard saw around one measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    /// The readings.
+    pub conditions: Conditions,
+    /// Whether the measurement may be kept.
+    pub quiet: bool,
+}
+
+impl Guard {
+    /// A guard that accepts everything and records nothing (`--no-guard`).
+    #[must_use]
+    pub fn off() -> Self {
+        Self {
+            limits: GuardLimits { max_retries: 0, ..GuardLimits::default() },
+            reference: None,
+            pause: Duration::ZERO,
+        }
+    }
+
+    /// Starts a guard: times the reference kernel `BASELINE_READINGS` times on `backend` at `batch` and
+    /// keeps the median as its baseline.
+    pub fn start(backend: &mut dyn Backend, batch: u32, limits: GuardLimits) -> Result<Self> {
+        let (tables, bags) = reference_set(batch)?;
+        let mut g = Self { limits, reference: None, pause: Duration::from_secs(1) };
+        let mut readings = Vec::with_capacity(BASELINE_READINGS);
+        for _ in 0..BASELINE_READINGS {
+            readings.push(time_reference(backend, &tables, &bags)?);
+        }
+        g.reference = Some(Reference { tables, bags, baseline_ms: median(&readings) });
+        Ok(g)
+    }
+
+    /// The reference kernel's baseline, ms (`None` for a guard that is off).
+    #[must_use]
+    pub fn baseline_ms(&self) -> Option<f64> {
+        self.reference.as_ref().map(|r| r.baseline_ms)
+    }
+
+    /// Runs `measure` until the guard finds the machine was quiet while it ran, pausing between tries;
+    /// returns its result and the conditions of the kept try. `what` names the sample in the error.
+    /// `with_reference` also times the reference kernel after each try (compute samples; comm samples,
+    /// which take a few milliseconds, are judged by CPU accounting alone).
+    pub fn measure<T>(
+        &mut self,
+        backend: &mut dyn Backend,
+        what: &str,
+        with_reference: bool,
+        mut measure: impl FnMut(&mut dyn Backend) -> Result<T>,
+    ) -> Result<(T, Conditions)> {
+        let mut pause = self.pause;
+        for attempt in 0..=self.limits.max_retries {
+            let before = cpu_ticks();
+            let value = measure(backend)?;
+            let after = cpu_ticks();
+            let verdict = self.judge(backend, before, after, with_reference, attempt)?;
+            if verdict.quiet || self.reference.is_none() {
+                return Ok((value, verdict.conditions));
+            }
+            if attempt == self.limits.max_retries {
+                let c = verdict.conditions;
+                bail!(
+                    "{what}: the machine stayed busy over {} tries (last: other processes {:.1}% of CPU time, limit {:.0}%; \
+                     steal {:.1}%, limit {:.0}%; reference kernel {:.2}× its baseline, limit {:.2}×); stop what runs beside \
+                     the measurement and resume",
+                    attempt + 1,
+                    c.other_busy_pct,
+                    self.limits.max_other_busy_pct,
+                    c.steal_pct,
+                    self.limits.max_steal_pct,
+                    c.reference_ratio,
+                    self.limits.max_reference_ratio
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+        bail!("{what}: no measurement was taken")
+    }
+
+    fn judge(
+        &mut self,
+        backend: &mut dyn Backend,
+        before: Option<CpuTicks>,
+        after: Option<CpuTicks>,
+        with_reference: bool,
+        retries: u32,
+    ) -> Result<Verdict> {
+        let (other_busy_pct, steal_pct) = match (before, after) {
+            (Some(b), Some(a)) => usage_pct(b, a),
+            _ => (0.0, 0.0),
+        };
+        let reference_ratio = match (&self.reference, with_reference) {
+            (Some(r), true) => time_reference(backend, &r.tables, &r.bags)? / r.baseline_ms,
+            _ => 1.0,
+        };
+        let conditions = Conditions { other_busy_pct, steal_pct, reference_ratio, retries };
+        let l = self.limits;
+        let quiet = other_busy_pct <= l.max_other_busy_pct
+            && steal_pct <= l.max_steal_pct
+            && reference_ratio <= l.max_reference_ratio;
+        Ok(Verdict { conditions, quiet })
+    }
+}
+
+/// One reading of the reference kernel: the median of `REFERENCE_REPS` timed runs, ms.
+fn time_reference(backend: &mut dyn Backend, tables: &[TableSpec], bags: &[Bags]) -> Result<f64> {
+    let times = backend.compute(0, tables, bags.to_vec(), 0, Timing { warmup: 1, reps: REFERENCE_REPS })?;
+    let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
+    Ok(median(&total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_and_self_stat_parse() {
+        let stat = "cpu  100 5 50 800 10 3 2 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(parse_proc_stat(stat), Some((977, 160, 7)));
+        assert_eq!(parse_proc_stat("intr 1 2 3\n"), None);
+        // The command name may hold spaces and parentheses; fields are counted after the last ')'.
+        let me = "4242 (a (weird) name) R 1 2 3 4 5 6 7 8 9 10 31 12 0 0 20 0 1 0";
+        assert_eq!(parse_self_stat(me), Some(43));
+        assert_eq!(parse_self_stat("garbage"), None);
+    }
+
+    #[test]
+    fn usage_counts_only_other_processes() {
+        let a = CpuTicks { total: 1000, busy: 300, steal: 10, own: 200 };
+        let b = CpuTicks { total: 1200, busy: 450, steal: 20, own: 300 };
+        // 150 busy ticks of 200, 100 of them ours: other processes 25%, steal 5%.
+        let (other, steal) = usage_pct(a, b);
+        assert!((other - 25.0).abs() < 1e-9 && (steal - 5.0).abs() < 1e-9, "{other} {steal}");
+        assert_eq!(usage_pct(a, a), (0.0, 0.0));
+    }
+
+    #[test]
+    fn this_machine_reports_counters() {
+        // Linux always has /proc; elsewhere the guard runs on the reference kernel alone.
+        if std::path::Path::new("/proc/stat").exists() {
+            let t = cpu_ticks().expect("counters on Linux");
+            assert!(t.total >= t.busy && t.total > 0);
+        }
+    }
+}

@@ -1,0 +1,648 @@
+//! `shardplan-train calibrate`: the plan → measure → learn loop that steers a cost model by measurements.
+//!
+//! A search exploits its cost model's errors: the device sets planners pick (one big table alone, many
+//! pieces, row-wise pieces, sets near the memory cap) are where random training sets are thinnest. So
+//! the loop measures what the planners actually produce:
+//!
+//! 1. **Start** (round 0): random sets from the collector's mixed sampler (`compute --sampler mixed`) and
+//!    comm samples for every device count of the cells.
+//! 2. **Every round r**: train a profile (an ensemble, so every prediction has an interval) on all data
+//!    so far → plan held-out tasks with every planner and measure those plans (`measure-plan`, the
+//!    planners' plans of one task interleaved) → report MAPE of plan and device costs, Kendall's tau,
+//!    each planner's measured mean and the interval coverage → plan *training* tasks (a fresh suite
+//!    each round) with every planner, add neighbours of the best plans (a piece moved, two swapped, a
+//!    table made row-wise or halved), and measure the device sets the model is least sure about and that
+//!    decide a plan's cost (`sets`), most uncertain × most decisive first.
+//! 3. The last round's profile is the calibrated one.
+//!
+//! Everything lands under `--out`: `state.json` (stages done), `data/` (datasets, versioned as the
+//! collector writes them), `profiles/round-<r>/`, `holdout/round-<r>/` (plans, measurements, report),
+//! `requests/round-<r>.jsonl`. Every stage is resumable: the collector resumes its files (a kill loses
+//! the sample in flight), a profile is written to a temporary directory and renamed when done, a task's
+//! measurement is kept once written. Rerunning the same command continues where it stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use planner_core::cost::{CostDefinition, CostModel, NeuralModel, PieceRef, evaluate};
+use planner_core::dataset::{Measurement, PieceRequest, SET_REQUEST_SCHEMA, SetRequest, TableRecord};
+use planner_core::document::{MeasuredPlans, PlanDocument};
+use planner_core::eval::{JudgeSummary, JudgedPlan, JudgedTask, judge_summary};
+use planner_core::plan::{Piece, Plan, RowRange};
+use planner_core::planners::PlanContext;
+use planner_core::table::TableInput;
+use planner_core::task::{SuiteSpec, Task, task_seed};
+use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
+use serde::{Deserialize, Serialize};
+
+use crate::models::Loss;
+use crate::train::TrainConfig;
+use crate::{ProfileOptions, onnx_files, train_profile, write_atomic};
+
+/// What the loop does.
+#[derive(Debug, Clone)]
+pub struct CalibrateOptions {
+    /// The `shardplan-collect` binary.
+    pub collector: PathBuf,
+    /// Its backend (`cpu` or `cuda`).
+    pub backend: String,
+    /// Loop directory.
+    pub out: PathBuf,
+    /// Name of the profiles written.
+    pub name: String,
+    /// Rounds of plan → measure → retrain after the start.
+    pub rounds: usize,
+    /// Bags per table of every measurement.
+    pub batch: u32,
+    /// Cells `(devices, max dim)` of the NeuroShard protocol the tasks come from.
+    pub cells: Vec<(usize, u32)>,
+    /// Training tasks per cell and round.
+    pub train_tasks: usize,
+    /// Held-out tasks per cell (the same every round).
+    pub holdout_tasks: usize,
+    /// Planners whose plans are measured.
+    pub planners: Vec<String>,
+    /// Device sets measured per round.
+    pub sets_per_round: usize,
+    /// Random sets measured at the start.
+    pub initial_samples: u64,
+    /// Comm samples per device count.
+    pub comm_samples: u64,
+    /// Largest start delay of the comm samples, ms.
+    pub comm_max_delay_ms: f64,
+    /// Memory cap of a device (tasks and sampled sets).
+    pub mem_cap: String,
+    /// Seed of everything (suites, sampler, training).
+    pub seed: u64,
+    /// Training settings of each profile.
+    pub train: TrainConfig,
+    /// Ensemble members.
+    pub members: usize,
+    /// Loss of the compute model.
+    pub loss: Loss,
+    /// Measuring rounds of `measure-plan` on held-out tasks.
+    pub measure_rounds: u32,
+    /// Neighbour plans generated around each task's best plan.
+    pub neighbours: usize,
+    /// The command line, recorded in the profiles' cards.
+    pub command: String,
+}
+
+/// What is done, kept in `state.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct State {
+    /// The options that started the loop (a resumed run must match).
+    fingerprint: String,
+    /// Stages finished, by name.
+    done: BTreeSet<String>,
+}
+
+/// One round's report (`holdout/round-<r>/report.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RoundReport {
+    /// Round.
+    pub round: usize,
+    /// Compute samples the profile was trained on.
+    pub samples: usize,
+    /// Per cell `DxMAXDIM`: the measured judge on the held-out tasks.
+    pub cells: BTreeMap<String, JudgeSummary>,
+}
+
+impl CalibrateOptions {
+    fn fingerprint(&self) -> String {
+        format!(
+            "{}|{}|{:?}|{}|{}|{:?}|{}|{}|{}|{}|{}|{}|{}",
+            self.backend,
+            self.batch,
+            self.cells,
+            self.train_tasks,
+            self.holdout_tasks,
+            self.planners,
+            self.sets_per_round,
+            self.initial_samples,
+            self.comm_samples,
+            self.mem_cap,
+            self.seed,
+            self.members,
+            self.neighbours
+        )
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.cells.is_empty() || self.planners.is_empty() {
+            bail!("`--cells` and `--planners` must each name at least one");
+        }
+        for name in &self.planners {
+            planner_core::planners::planner(name)?;
+        }
+        if self.batch == 0 || self.holdout_tasks == 0 || self.initial_samples < 10 {
+            bail!(
+                "`--batch` = {}, `--holdout-tasks` = {} and `--initial-samples` = {} are invalid: batch and held-out tasks at least 1, initial samples at least 10",
+                self.batch,
+                self.holdout_tasks,
+                self.initial_samples
+            );
+        }
+        if !self.collector.is_file() {
+            bail!(
+                "`--collector` {}: no such file (build it with `cargo build --release -p collector-native`)",
+                self.collector.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn devices(&self) -> BTreeSet<usize> {
+        self.cells.iter().map(|c| c.0).collect()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.out.join("data")
+    }
+
+    fn profile_dir(&self, round: usize) -> PathBuf {
+        self.out.join("profiles").join(format!("round-{round}"))
+    }
+
+    /// Every dataset measured before `round`'s profile is trained.
+    fn datasets(&self, round: usize) -> Vec<PathBuf> {
+        let d = self.data_dir();
+        let mut v = vec![d.join("compute_initial.jsonl")];
+        v.extend(self.devices().iter().map(|n| d.join(format!("comm_d{n}.jsonl"))));
+        v.extend((0..round).map(|r| d.join(format!("sets_round_{r}.jsonl"))).filter(|p| p.is_file()));
+        v
+    }
+
+    fn collector(&self) -> Command {
+        let mut c = Command::new(&self.collector);
+        c.args(["--backend", &self.backend, "--quiet"]);
+        c
+    }
+}
+
+/// Runs a collector command, failing with its error output.
+fn run(mut cmd: Command, what: &str) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("{what}: starting the collector"))?;
+    if !status.success() {
+        bail!("{what}: the collector exited with {status}; rerun the same command to resume");
+    }
+    Ok(())
+}
+
+fn load_state(opts: &CalibrateOptions) -> Result<State> {
+    let path = opts.out.join("state.json");
+    let fingerprint = opts.fingerprint();
+    if !path.is_file() {
+        return Ok(State { fingerprint, done: BTreeSet::new() });
+    }
+    let s: State = serde_json::from_str(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if s.fingerprint != fingerprint {
+        bail!(
+            "{} was started with other options ({}); use the same options to resume, or another --out",
+            path.display(),
+            s.fingerprint
+        );
+    }
+    Ok(s)
+}
+
+fn save_state(opts: &CalibrateOptions, s: &State) -> Result<()> {
+    write_atomic(&opts.out.join("state.json"), serde_json::to_string_pretty(s)?.as_bytes())
+}
+
+/// Runs the loop (resuming what `--out` already holds).
+pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
+    opts.validate()?;
+    std::fs::create_dir_all(opts.data_dir()).with_context(|| format!("creating {}", opts.data_dir().display()))?;
+    let mut state = load_state(opts)?;
+    save_state(opts, &state)?;
+    let mut stage = |state: &mut State, name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        if state.done.contains(name) {
+            return Ok(());
+        }
+        eprintln!("calibrate: {name}");
+        f()?;
+        state.done.insert(name.to_string());
+        save_state(opts, state)
+    };
+    stage(&mut state, "initial sets", &mut || {
+        let mut c = opts.collector();
+        c.args(["compute", "--sampler", "mixed", "--resume", "--samples", &opts.initial_samples.to_string()])
+            .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
+            .args(["--mem-cap", &opts.mem_cap, "--out"])
+            .arg(opts.data_dir().join("compute_initial.jsonl"));
+        run(c, "initial sets")
+    })?;
+    for d in opts.devices() {
+        stage(&mut state, &format!("comm D={d}"), &mut || {
+            let mut c = opts.collector();
+            c.args(["comm", "--resume", "--devices", &d.to_string(), "--samples", &opts.comm_samples.to_string()])
+                .args(["--seed", &task_seed(opts.seed, 2 + d).to_string(), "--batch-size", &opts.batch.to_string()])
+                .args(["--max-delay-ms", &opts.comm_max_delay_ms.to_string(), "--out"])
+                .arg(opts.data_dir().join(format!("comm_d{d}.jsonl")));
+            run(c, &format!("comm D={d}"))
+        })?;
+    }
+    let mut reports = Vec::new();
+    for round in 0..=opts.rounds {
+        stage(&mut state, &format!("round {round}: train"), &mut || train_round(opts, round))?;
+        let model = load_profile(&opts.profile_dir(round))?;
+        let holdout_dir = opts.out.join("holdout").join(format!("round-{round}"));
+        stage(&mut state, &format!("round {round}: held-out"), &mut || {
+            let report = holdout(opts, round, &model, &holdout_dir)?;
+            print_report(&report);
+            write_atomic(&holdout_dir.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())
+        })?;
+        let report: RoundReport = serde_json::from_str(&std::fs::read_to_string(holdout_dir.join("report.json"))?)?;
+        reports.push(report);
+        if round == opts.rounds {
+            break;
+        }
+        let requests = opts.out.join("requests").join(format!("round-{round}.jsonl"));
+        stage(&mut state, &format!("round {round}: propose"), &mut || {
+            let sets = propose(opts, round, &model)?;
+            std::fs::create_dir_all(opts.out.join("requests"))?;
+            let text: String =
+                sets.iter().map(|s| serde_json::to_string(s).map(|l| l + "\n")).collect::<Result<_, _>>()?;
+            write_atomic(&requests, text.as_bytes())
+        })?;
+        stage(&mut state, &format!("round {round}: measure"), &mut || {
+            let mut c = opts.collector();
+            c.args(["sets", "--resume", "--batch-size", &opts.batch.to_string(), "--requests"])
+                .arg(&requests)
+                .arg("--out")
+                .arg(opts.data_dir().join(format!("sets_round_{round}.jsonl")));
+            run(c, &format!("round {round}: measure"))
+        })?;
+    }
+    Ok(reports)
+}
+
+fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
+    let dir = opts.profile_dir(round);
+    let tmp = dir.with_extension("partial");
+    let p = ProfileOptions {
+        name: opts.name.clone(),
+        datasets: opts.datasets(round),
+        unseen: Vec::new(),
+        out: tmp.clone(),
+        train: opts.train.clone(),
+        members: opts.members,
+        loss: opts.loss,
+        coverage: 0.9,
+        resume: true,
+        command: format!("{} (round {round})", opts.command),
+    };
+    let outcome = train_profile(&p)?;
+    eprintln!(
+        "calibrate: round {round} profile on {} samples, test MAPE {:.1}%",
+        outcome.card.compute.dataset.samples,
+        outcome.card.compute.metrics.get("neural/random/test").map_or(f64::NAN, |m| m.mape_pct)
+    );
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing the stale {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir.parent().unwrap_or(&opts.out))?;
+    std::fs::rename(&tmp, &dir).with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))
+}
+
+/// Loads a profile directory written by the trainer.
+pub fn load_profile(dir: &Path) -> Result<NeuralModel> {
+    let card = std::fs::read_to_string(dir.join("card.json"))
+        .with_context(|| format!("reading {}/card.json", dir.display()))?;
+    let files = onnx_files(dir)?;
+    NeuralModel::from_profile(&card, |f| files.get(f).map(Vec::as_slice))
+        .with_context(|| format!("loading {}", dir.display()))
+}
+
+/// The tasks of a cell: the NeuroShard protocol at `devices` × `max_dim`, caps `mem_cap`.
+fn cell_tasks(devices: usize, max_dim: u32, count: usize, seed: u64, mem_cap: u64) -> Result<Vec<Task>> {
+    let suite = SuiteSpec::neuroshard(devices, max_dim, count, seed);
+    suite
+        .tasks()?
+        .into_iter()
+        .map(|st| Ok(Task::new(st.task.tables, planner_core::Devices::uniform(devices, mem_cap)?)?))
+        .collect()
+}
+
+/// Plans `task` with `planner`; `None` when it fails or overfills a device.
+fn plan_with(
+    task: &Task,
+    planner: &str,
+    model: &dyn CostModel,
+    seed: u64,
+) -> Result<Option<(Plan, planner_core::PlanReport)>> {
+    let entry = planner_core::planners::planner(planner)?;
+    let Ok(plan) = entry.build().plan(task, &PlanContext::new(model, seed)) else { return Ok(None) };
+    let report = evaluate(task, &plan, model, CostDefinition::NeuroShard)?;
+    Ok(report.feasible.then_some((plan, report)))
+}
+
+fn cell_label(d: usize, m: u32) -> String {
+    format!("{d}x{m}")
+}
+
+fn holdout_seed(opts: &CalibrateOptions) -> u64 {
+    task_seed(opts.seed, 0x401D)
+}
+
+fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Path) -> Result<RoundReport> {
+    let cap = planner_core::units::parse_bytes("--mem-cap", &opts.mem_cap)?;
+    let mut cells = BTreeMap::new();
+    for &(d, m) in &opts.cells {
+        let label = cell_label(d, m);
+        let mut judged = Vec::new();
+        for (k, task) in cell_tasks(d, m, opts.holdout_tasks, holdout_seed(opts), cap)?.iter().enumerate() {
+            let task_dir = dir.join(&label).join(format!("task-{k}"));
+            std::fs::create_dir_all(&task_dir)?;
+            let mut paths = Vec::new();
+            for name in &opts.planners {
+                if let Some((plan, report)) = plan_with(task, name, model, 0)? {
+                    let path = task_dir.join(format!("{}.plan.json", name.replace('+', "_")));
+                    let doc = PlanDocument::new(name, 0, task.clone(), &plan, report);
+                    write_atomic(&path, serde_json::to_string(&doc)?.as_bytes())?;
+                    paths.push(path);
+                }
+            }
+            if paths.is_empty() {
+                continue;
+            }
+            let out = task_dir.join("measured.json");
+            if !out.is_file() {
+                let mut c = opts.collector();
+                c.arg("measure-plan").args(&paths).args(["--batch-size", &opts.batch.to_string()]);
+                c.args([
+                    "--rounds",
+                    &opts.measure_rounds.to_string(),
+                    "--seed",
+                    &task_seed(opts.seed, k).to_string(),
+                    "--out",
+                ])
+                .arg(&out);
+                run(c, &format!("round {round}: held-out {label} task {k}"))?;
+            }
+            let measured = MeasuredPlans::from_json(&std::fs::read_to_string(&out)?)?;
+            judged.push(JudgedTask {
+                task: format!("{label}/{k}"),
+                plans: measured
+                    .plans
+                    .into_iter()
+                    .map(|p| JudgedPlan {
+                        planner: p.planner,
+                        predicted: p.predicted,
+                        measured: p.measured,
+                        round_costs_ms: p.round_costs_ms,
+                    })
+                    .collect(),
+            });
+        }
+        cells.insert(label, judge_summary(&judged, &opts.planners));
+    }
+    let samples = load_profile(&opts.profile_dir(round)).map(|m| m.card().compute.dataset.samples).unwrap_or(0);
+    Ok(RoundReport { round, samples, cells })
+}
+
+fn print_report(r: &RoundReport) {
+    for (cell, s) in &r.cells {
+        eprintln!(
+            "round {} {cell}: {} tasks, plan MAPE {:.1}% (bias {:+.1}%), device MAPE {:.1}%, tau {:.2}, interval coverage {}, judge cv {:.1}%",
+            r.round,
+            s.tasks,
+            s.plan_mape_pct.unwrap_or(f64::NAN),
+            s.plan_bias_pct.unwrap_or(f64::NAN),
+            s.device_mape_pct.unwrap_or(f64::NAN),
+            s.kendall_tau_mean.unwrap_or(f64::NAN),
+            s.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
+            s.measurement_cv_pct.unwrap_or(f64::NAN),
+        );
+        for p in &s.planners {
+            eprintln!(
+                "    {:<20} solved {:>2}  predicted {:>8}  measured {:>8}",
+                p.planner,
+                p.solved,
+                p.predicted_mean_ms.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                p.measured_mean_ms.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+            );
+        }
+    }
+}
+
+/// A candidate set: its request and its score (uncertainty × decisiveness).
+struct Candidate {
+    key: String,
+    request: SetRequest,
+    score: f64,
+}
+
+/// The identity of a measured or requested set: its pieces as (table, rows), sorted.
+fn set_key(pieces: &[(TableInput, Option<RowRange>)]) -> Result<String> {
+    let mut keys = pieces.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
+    keys.sort();
+    Ok(keys.join("|"))
+}
+
+/// Keys of every set measured so far.
+fn measured_keys(opts: &CalibrateOptions, round: usize) -> Result<BTreeSet<String>> {
+    let mut keys = BTreeSet::new();
+    for path in opts.datasets(round + 1) {
+        if !path.is_file() {
+            continue;
+        }
+        let text = crate::data::read_text(&path)?;
+        for r in planner_core::dataset::parse_dataset(
+            &path.display().to_string(),
+            &text,
+            planner_core::dataset::HardwarePolicy::Single,
+        )? {
+            if let Measurement::Compute { tables, .. } = &r.measurement {
+                let pieces: Vec<(TableInput, Option<RowRange>)> =
+                    tables.iter().map(|t: &TableRecord| (t.table.clone(), t.rows)).collect();
+                keys.insert(set_key(&pieces)?);
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// Neighbours of `plan`: one piece moved to another device, two pieces of different devices swapped, a
+/// whole table made row-wise over every device (TorchRec's equal split), or a whole table halved
+/// column-wise with the new half on another device. Only plans that fit memory are kept.
+fn neighbours(task: &Task, plan: &Plan, count: usize, rng: &mut ChaCha8Rng) -> Vec<Plan> {
+    let n = task.devices.count();
+    let mut out = Vec::new();
+    for _ in 0..count * 4 {
+        if out.len() >= count || n < 2 {
+            break;
+        }
+        let mut pieces: Vec<Piece> = plan.pieces().to_vec();
+        let i = rng.random_range(0..pieces.len());
+        match rng.random_range(0..4u32) {
+            0 => pieces[i].device = (pieces[i].device + rng.random_range(1..n)) % n,
+            1 => {
+                let j = rng.random_range(0..pieces.len());
+                let (a, b) = (pieces[i].device, pieces[j].device);
+                pieces[i].device = b;
+                pieces[j].device = a;
+            }
+            2 => {
+                let t = pieces[i].table_id;
+                let table = &task.tables[t];
+                if pieces.iter().filter(|p| p.table_id == t).count() != 1 || table.rows < n as u64 {
+                    continue;
+                }
+                pieces.retain(|p| p.table_id != t);
+                let per = table.rows.div_ceil(n as u64);
+                for d in 0..n {
+                    let offset = per * d as u64;
+                    if offset < table.rows {
+                        pieces.push(Piece::row_range(t, table.dim, d, offset, per.min(table.rows - offset)));
+                    }
+                }
+            }
+            _ => {
+                let p = pieces[i];
+                if p.rows.is_some()
+                    || p.dim < 8
+                    || !(p.dim / 2).is_multiple_of(4)
+                    || p.dim != task.tables[p.table_id].dim
+                {
+                    continue;
+                }
+                let half = p.dim / 2;
+                pieces[i].dim = half;
+                pieces.push(Piece::cols(p.table_id, half, half, (p.device + rng.random_range(1..n)) % n));
+            }
+        }
+        if let Ok(candidate) = Plan::new(task, pieces) {
+            let bytes = candidate
+                .pieces_by_device(n)
+                .iter()
+                .map(|idx| {
+                    idx.iter()
+                        .map(|&k| {
+                            let p = candidate.pieces()[k];
+                            task.tables[p.table_id].block_bytes(p.row_count(task.tables[p.table_id].rows), p.dim)
+                        })
+                        .sum::<u64>()
+                })
+                .collect::<Vec<_>>();
+            if bytes.iter().zip(task.devices.mem_cap_bytes()).all(|(b, c)| b <= c) {
+                out.push(candidate);
+            }
+        }
+    }
+    out
+}
+
+/// The device sets of a plan as set requests, with each set's share of the plan's predicted cost.
+fn plan_sets(
+    task: &Task,
+    plan: &Plan,
+    model: &NeuralModel,
+    task_key: u64,
+    tag: &str,
+    out: &mut Vec<Candidate>,
+) -> Result<()> {
+    let report = evaluate(task, plan, model, CostDefinition::NeuroShard)?;
+    let pieces = plan.pieces();
+    for (d, idx) in plan.pieces_by_device(task.devices.count()).iter().enumerate() {
+        if idx.is_empty() {
+            continue;
+        }
+        let refs: Vec<PieceRef<'_>> =
+            idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
+        let members = model.compute_members_ms(&refs)?;
+        let mean = members.iter().sum::<f64>() / members.len() as f64;
+        let sd = if members.len() > 1 {
+            (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (members.len() - 1) as f64).sqrt()
+        } else {
+            1.0
+        };
+        // Decisive: the device's total against the plan's cost (the bottleneck decides it).
+        let share = report.devices[d].total_ms / report.cost_ms.max(1e-9);
+        let decisive = if share >= 0.9 { 1.0 } else { 0.25 + 0.5 * share };
+        let uncertainty = sd / mean.max(1e-3);
+        let request_pieces: Vec<PieceRequest> = idx
+            .iter()
+            .map(|&i| {
+                let p = pieces[i];
+                let mut t = task.tables[p.table_id].clone();
+                t.dim = p.dim;
+                PieceRequest {
+                    table: TableInput::from(&t),
+                    rows: p.rows.filter(|r| r.count < t.rows),
+                    lookup_seed: task_seed(task_key, p.table_id),
+                }
+            })
+            .collect();
+        let key = set_key(&request_pieces.iter().map(|p| (p.table.clone(), p.rows)).collect::<Vec<_>>())?;
+        out.push(Candidate {
+            key,
+            request: SetRequest {
+                schema: SET_REQUEST_SCHEMA.into(),
+                key: format!("{tag}/device-{d}"),
+                pieces: request_pieces,
+            },
+            score: uncertainty * decisive,
+        });
+    }
+    Ok(())
+}
+
+fn propose(opts: &CalibrateOptions, round: usize, model: &NeuralModel) -> Result<Vec<SetRequest>> {
+    let cap = planner_core::units::parse_bytes("--mem-cap", &opts.mem_cap)?;
+    let mut candidates = Vec::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(task_seed(opts.seed, 0x5E75 + round));
+    for &(d, m) in &opts.cells {
+        let seed = task_seed(opts.seed, 0x7A41 + 100 * round + d * 1000 + m as usize);
+        for (k, task) in cell_tasks(d, m, opts.train_tasks, seed, cap)?.iter().enumerate() {
+            let task_key = task_seed(seed, k);
+            let mut best: Option<(Plan, f64)> = None;
+            for name in &opts.planners {
+                if let Some((plan, report)) = plan_with(task, name, model, 0)? {
+                    plan_sets(
+                        task,
+                        &plan,
+                        model,
+                        task_key,
+                        &format!("round-{round}/{d}x{m}/task-{k}/{name}"),
+                        &mut candidates,
+                    )?;
+                    if best.as_ref().is_none_or(|b| report.cost_ms < b.1) {
+                        best = Some((plan, report.cost_ms));
+                    }
+                }
+            }
+            if let Some((plan, _)) = best {
+                for (j, nb) in neighbours(task, &plan, opts.neighbours, &mut rng).iter().enumerate() {
+                    plan_sets(
+                        task,
+                        nb,
+                        model,
+                        task_key,
+                        &format!("round-{round}/{d}x{m}/task-{k}/neighbour-{j}"),
+                        &mut candidates,
+                    )?;
+                }
+            }
+        }
+    }
+    let seen = measured_keys(opts, round)?;
+    candidates.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.key.cmp(&b.key)));
+    let mut chosen = Vec::new();
+    let mut keys = BTreeSet::new();
+    for c in candidates {
+        if chosen.len() >= opts.sets_per_round {
+            break;
+        }
+        if seen.contains(&c.key) || !keys.insert(c.key.clone()) {
+            continue;
+        }
+        chosen.push(c.request);
+    }
+    eprintln!("calibrate: round {round} proposes {} sets to measure", chosen.len());
+    Ok(chosen)
+}
