@@ -15,6 +15,7 @@ use clap::Args;
 use planner_core::cost::{ComputeSplit, CostDefinition, DeviceReport, PlanReport};
 use planner_core::dataset::{Protocol, median};
 use planner_core::document::PlanDocument;
+use planner_core::memory::{DeviceMemoryReport, MemoryRule};
 use planner_core::table::TableSpec;
 use planner_core::task::task_seed;
 use serde_json::json;
@@ -138,6 +139,7 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
             pieces: set.iter().map(|t| t.name.clone()).collect(),
             bytes: set.iter().map(TableSpec::size_bytes).sum(),
             mem_cap_bytes: task.devices.mem_cap_bytes()[device],
+            memory: DeviceMemoryReport::weights_rule(&set, task.devices.mem_cap_bytes()[device]),
             dim_sum: set.iter().map(|t| u64::from(t.dim)).sum(),
             compute_ms,
             compute_split: Some(split),
@@ -189,6 +191,8 @@ pub fn measure_plan(backend: &mut dyn Backend, args: &MeasurePlanArgs) -> Result
         definition,
         cost_ms,
         bottleneck_device,
+        // Bytes above are the tables' sizes against whole caps: the weights rule.
+        memory_rule: MemoryRule::Weights,
         feasible: violations.is_empty(),
         violations,
         devices,
