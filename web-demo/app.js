@@ -339,8 +339,13 @@ function renderBoard(doc) {
   const byDevice = rep.devices.map(() => []);
   for (const p of doc.pieces) byDevice[p.device].push(p);
   for (const d of rep.devices) {
-    const over = d.bytes > d.mem_cap_bytes;
+    // Bytes count by the plan's memory rule; what may be used is the cap less the rule's reservation
+    // (reports written before memory rules carry no breakdown: the whole cap).
+    const m = d.memory;
+    const usable = m && (m.usable_bytes > 0 || m.reserved_bytes > 0) ? m.usable_bytes : d.mem_cap_bytes;
+    const over = d.bytes > usable;
     const pct = (100 * d.bytes) / d.mem_cap_bytes;
+    const usableNote = usable < d.mem_cap_bytes ? `, ${bytes(usable)} usable` : '';
     const box = el('section', {
       class: `device${d.device === rep.bottleneck_device ? ' bottleneck' : ''}`, 'data-device': d.device,
       'aria-label': `GPU ${d.device}: ${bytes(d.bytes)} of ${bytes(d.mem_cap_bytes)}, ${byDevice[d.device].length} pieces`,
@@ -359,7 +364,7 @@ function renderBoard(doc) {
       'aria-valuemin': 0, 'aria-valuemax': d.mem_cap_bytes, 'aria-valuenow': d.bytes,
       'aria-valuetext': `${bytes(d.bytes)} of ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%)` },
     el('div', { style: `width: ${Math.min(100, pct).toFixed(2)}%` })),
-    el('div', { class: `memtext${over ? ' over' : ''}` }, `${bytes(d.bytes)} / ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%)${over ? ' — over the cap' : ''}`),
+    el('div', { class: `memtext${over ? ' over' : ''}` }, `${bytes(d.bytes)} / ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%${usableNote})${over ? ' — over the usable memory' : ''}`),
     el('div', { class: 'chips' }, ...byDevice[d.device].map((p) => el('button', {
       type: 'button', class: `chip${state.selected === key(p) ? ' selected' : ''}`, draggable: 'true', 'data-piece': key(p),
       'aria-pressed': state.selected === key(p) ? 'true' : 'false',

@@ -42,6 +42,10 @@ pub trait Backend {
     fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes>;
     /// Describes the devices and measures the copy bandwidth that bounds every kernel.
     fn probe(&mut self) -> Result<serde_json::Value>;
+    /// Gives the weights' memory back, so the next set is placed in fresh physical memory. Where a set's
+    /// pages land changes how its rows share the caches; a measurement repeated in rounds on fresh memory
+    /// averages that out instead of keeping one layout's luck. (No-op where memory is not reused.)
+    fn renew_memory(&mut self) {}
 }
 
 /// Refuses what the kernels cannot run, naming the table and the field: only fp32 weights.
@@ -204,6 +208,10 @@ impl Backend for CpuBackend {
 
     fn comm(&mut self, sample: &CommSample, batch: usize, timing: Timing) -> Result<CommTimes> {
         cpu::time_comm(sample, batch, timing.warmup, timing.reps)
+    }
+
+    fn renew_memory(&mut self) {
+        self.arena = Arena::default();
     }
 
     fn probe(&mut self) -> Result<serde_json::Value> {

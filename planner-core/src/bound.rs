@@ -5,7 +5,8 @@
 //! Write `c(t, w)` for the compute of a lone piece of `w` columns of table `t` and `m(x)` for the
 //! comm (backward + forward, no delays) of a device whose dim sum is `x` while the others hold
 //! nothing. The plans bounded are the column-wise ones (table-wise, dyadic halvings, equal blocks):
-//! every piece of `t` has a width `w` that divides `t`'s dim, is a multiple of 4 and fits a cap.
+//! every piece of `t` has a width `w` that divides `t`'s dim, is a multiple of 4 and fits a device's
+//! usable memory under the task's memory rule.
 //! * **Piece bound.** Some device holds a piece of `t`; its total is at least `c(t, w) + m(w)` for
 //!   that piece's width, so the step time is at least `max_t min_w (c(t, w) + m(w))`.
 //! * **Work bound** (additive compute only). The step time is at least the mean device total,
@@ -28,8 +29,8 @@
 //! optionally halved into `2^k` equal pieces for `k ≤ max_split_depth`. Pieces are placed largest
 //! predicted compute first; a partial plan is pruned when `max_r (compute_r + m_r)` of what is already
 //! placed reaches the best cost found (valid under the same monotonicity, hence exact for the
-//! analytical model); with equal caps, devices are interchangeable and a piece opens at most one empty
-//! device. It returns the optimum within that space.
+//! analytical model); with equal usable memory, devices are interchangeable and a piece opens at
+//! most one empty device. It returns the optimum within that space.
 
 use crate::cost::{CostDefinition, CostModel, PieceRef};
 use crate::error::{Error, Result};
@@ -50,17 +51,22 @@ pub struct LowerBound {
     pub proven: bool,
 }
 
-/// Widths a piece of `t` may have in a column-wise plan and that fit the largest cap.
-fn widths(task: &Task, t: usize) -> Result<Vec<u32>> {
+/// Widths a piece of `t` may have in a column-wise plan and that fit the largest usable memory
+/// (`max_usable`, under the task's memory rule).
+fn widths(task: &Task, t: usize, max_usable: u64) -> Result<Vec<u32>> {
     let table = &task.tables[t];
-    let max_cap = task.devices.mem_cap_bytes().iter().copied().max().unwrap_or(0);
     let all: Vec<u32> = (1..=table.dim / 4).map(|k| 4 * k).filter(|&w| table.dim.is_multiple_of(w)).collect();
-    let fit: Vec<u32> = all.iter().copied().filter(|&w| table.piece_bytes(w) <= max_cap).collect();
+    let mut fit = Vec::with_capacity(all.len());
+    for w in all {
+        if task.block_bytes(table, table.rows, w)? <= max_usable {
+            fit.push(w);
+        }
+    }
     if fit.is_empty() {
         return Err(Error::NoFit {
             table: table.name.clone(),
-            need_bytes: table.piece_bytes(4),
-            best_free_bytes: max_cap,
+            need_bytes: task.block_bytes(table, table.rows, 4)?,
+            best_free_bytes: max_usable,
         });
     }
     Ok(fit)
@@ -79,13 +85,14 @@ fn comm_one(model: &dyn CostModel, devices: usize, x: f64) -> Result<f64> {
 /// its derivation and when it is proven).
 pub fn lower_bound(task: &Task, model: &dyn CostModel) -> Result<LowerBound> {
     let n_dev = task.devices.count();
+    let max_usable = task.usable_bytes()?.into_iter().max().unwrap_or(0);
     let mut piece_bound = 0.0f64;
     let mut work = 0.0;
     let mut total_dims = 0.0;
     for (t, table) in task.tables.iter().enumerate() {
         let mut best_piece = f64::INFINITY;
         let mut best_per_col = f64::INFINITY;
-        for w in widths(task, t)? {
+        for w in widths(task, t, max_usable)? {
             let c = model.compute_ms(&[PieceRef::whole(table, w)])?;
             best_piece = best_piece.min(c + comm_one(model, n_dev, f64::from(w))?);
             best_per_col = best_per_col.min(c / f64::from(w));
@@ -138,7 +145,6 @@ pub struct ExactResult {
 
 struct Bnb<'t> {
     ev: Evaluator<'t>,
-    caps: Vec<u64>,
     symmetric: bool,
     comm: FastMap<u64, f64>,
     best_cost: f64,
@@ -152,7 +158,7 @@ impl Bnb<'_> {
         if let Some(&c) = self.comm.get(&x) {
             return Ok(c);
         }
-        let c = comm_one(model, self.caps.len(), x as f64)?;
+        let c = comm_one(model, self.ev.devices(), x as f64)?;
         self.comm.insert(x, c);
         Ok(c)
     }
@@ -184,10 +190,9 @@ impl Bnb<'_> {
         }
         let i = order[k];
         let id = ids[i];
-        let bytes = self.ev.pieces[id as usize].bytes;
         let mut opened_empty = false;
         for d in 0..sets.len() {
-            if sets[d].bytes + bytes > self.caps[d] {
+            if !self.ev.fits(&sets[d], d, id) {
                 continue;
             }
             if self.symmetric && sets[d].ids.is_empty() {
@@ -224,11 +229,11 @@ pub fn exact(task: &Task, model: &dyn CostModel, config: &ExactConfig) -> Result
     if n > config.max_tables {
         return Err(Error::field("exact search", "tables", n, format!("at most {}", config.max_tables)));
     }
-    let caps = task.devices.mem_cap_bytes().to_vec();
-    let symmetric = caps.iter().all(|&c| c == caps[0]);
+    let ev = Evaluator::new(task, model, config.definition, true)?;
+    let usable = ev.usable();
+    let symmetric = usable.iter().all(|&c| c == usable[0]);
     let mut bnb = Bnb {
-        ev: Evaluator::new(task, model, config.definition, true),
-        caps,
+        ev,
         symmetric,
         comm: FastMap::default(),
         best_cost: f64::INFINITY,
@@ -281,7 +286,10 @@ pub fn exact(task: &Task, model: &dyn CostModel, config: &ExactConfig) -> Result
     let Some(best) = bnb.best else {
         return Err(Error::NoPlan {
             planner: "exact".into(),
-            reason: format!("no placement of the {n} tables fits the caps (split depth {})", config.max_split_depth),
+            reason: format!(
+                "no placement of the {n} tables fits the usable memory (split depth {})",
+                config.max_split_depth
+            ),
         });
     };
     let plan = Plan::new(task, best.iter().map(|&(t, o, w, d)| Piece::cols(t, o, w, d)).collect())?;

@@ -90,6 +90,9 @@ pub struct MeasuredPlan {
     pub measured: crate::cost::PlanReport,
     /// The plan's cost in every round (each round's own device times), ms.
     pub round_costs_ms: Vec<f64>,
+    /// Every round's device times, ms: `[round][device] = [compute, backward comm, forward comm]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_devices_ms: Vec<Vec<[f64; 3]>>,
     /// Coefficient of variation of `round_costs_ms` (sd / mean; 0 with one round).
     pub cost_cv: f64,
 }

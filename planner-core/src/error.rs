@@ -86,6 +86,30 @@ pub enum Error {
         /// What the model has.
         found: String,
     },
+    /// A memory rule reserves more of a device than its cap, before any table is placed.
+    #[error(
+        "device {device}: the `{rule}` memory rule reserves {reserved_bytes} bytes ({why}), more than its cap of {cap_bytes} bytes"
+    )]
+    ReservationExceedsCap {
+        /// The device.
+        device: usize,
+        /// The rule's name.
+        rule: String,
+        /// Bytes the rule reserves on it.
+        reserved_bytes: u64,
+        /// Its memory cap.
+        cap_bytes: u64,
+        /// What the reservation is made of.
+        why: String,
+    },
+    /// A byte count does not fit in 64 bits (far beyond any device; the input is not a real workload).
+    #[error("{context}: {value_bytes} bytes is more than 64 bits can count (at most 18446744073709551615)")]
+    ByteOverflow {
+        /// What was being counted.
+        context: String,
+        /// The count, as exact as it could be computed.
+        value_bytes: String,
+    },
     /// A task sampler could not produce a task under its constraints.
     #[error("task sampling failed: {0}")]
     Sampling(String),

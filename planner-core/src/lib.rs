@@ -26,6 +26,7 @@ pub mod error;
 pub mod eval;
 pub mod features;
 pub mod input;
+pub mod memory;
 pub mod plan;
 pub mod planners;
 pub mod policy;
@@ -41,6 +42,7 @@ pub use cost::{
 };
 pub use document::{PLAN_SCHEMA, PlanDocument};
 pub use error::{Error, Result};
+pub use memory::{MemoryRule, TorchRecMemory};
 pub use plan::{Piece, Plan};
 pub use planners::{PlanContext, Planner, PlannerEntry, REGISTRY};
 pub use table::{ElementType, OptimizerState, TableInput, TableSpec};

@@ -149,7 +149,9 @@ impl TableSpec {
         Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer })
     }
 
-    /// Bytes of one piece of this table with `dim` columns (all rows): weights plus optimizer state.
+    /// Bytes of one piece of this table with `dim` columns (all rows): weights plus optimizer state. A
+    /// size (features, sort keys, the weights rule); whether a piece fits a device is for
+    /// [`crate::memory`] to say, under the task's rule.
     #[must_use]
     pub fn piece_bytes(&self, dim: u32) -> u64 {
         self.block_bytes(self.rows, dim)

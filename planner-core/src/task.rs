@@ -4,6 +4,8 @@ use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::memory::{DeviceMemory, MemoryRule, PieceMemory};
+use crate::plan::Piece;
 use crate::pool::{PoolTable, dlrm_pool};
 use crate::table::{ElementType, TableInput, TableSpec};
 use crate::units::GIB;
@@ -46,10 +48,10 @@ impl Devices {
         &self.mem_cap_bytes
     }
 
-    /// Total memory.
+    /// Total memory (saturating at `u64::MAX`).
     #[must_use]
     pub fn total_bytes(&self) -> u64 {
-        self.mem_cap_bytes.iter().sum()
+        self.mem_cap_bytes.iter().fold(0u64, |a, &c| a.saturating_add(c))
     }
 }
 
@@ -64,26 +66,74 @@ impl<'de> Deserialize<'de> for Devices {
     }
 }
 
-/// A planning task: the tables to place and the devices to place them on.
+/// A planning task: the tables to place, the devices to place them on, and the rule their memory is
+/// counted by.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     /// Tables, in input order (their index is their `table_id` in a plan).
     pub tables: Vec<TableSpec>,
     /// Target devices.
     pub devices: Devices,
+    /// How device memory is counted; absent in JSON = [`MemoryRule::Weights`] (the rule every task
+    /// written before rules existed was planned under).
+    #[serde(default)]
+    pub memory: MemoryRule,
 }
 
 impl Task {
-    /// A task; table names must be unique.
+    /// A task under the seed papers' memory rule ([`MemoryRule::Weights`]); table names must be unique.
     pub fn new(tables: Vec<TableSpec>, devices: Devices) -> Result<Self> {
         crate::input::check_unique_names(&tables)?;
-        Ok(Self { tables, devices })
+        Ok(Self { tables, devices, memory: MemoryRule::Weights })
     }
 
-    /// Total bytes of all tables.
+    /// The same task under `memory`.
+    #[must_use]
+    pub fn with_memory(mut self, memory: MemoryRule) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Total bytes of all tables (weights plus optimizer state, [`TableSpec::size_bytes`]; saturating at
+    /// `u64::MAX`). A size, not a fit: fitting goes through [`Task::block_memory`] and [`Task::usable_bytes`].
     #[must_use]
     pub fn total_bytes(&self) -> u64 {
-        self.tables.iter().map(TableSpec::size_bytes).sum()
+        self.tables.iter().fold(0u64, |a, t| a.saturating_add(t.size_bytes()))
+    }
+
+    /// The memory, term by term, of a piece of `rows` rows and `dim` columns of `table` (one of this
+    /// task's tables) under the task's rule.
+    pub fn block_memory(&self, table: &TableSpec, rows: u64, dim: u32) -> Result<PieceMemory> {
+        self.memory.piece(table, rows, dim, self.devices.count())
+    }
+
+    /// The bytes a piece of `rows` rows and `dim` columns of `table` counts against a device's usable
+    /// bytes under the task's rule.
+    pub fn block_bytes(&self, table: &TableSpec, rows: u64, dim: u32) -> Result<u64> {
+        self.block_memory(table, rows, dim)?.total_bytes()
+    }
+
+    /// [`Task::block_bytes`] of a plan's piece.
+    pub fn piece_bytes(&self, piece: &Piece) -> Result<u64> {
+        let table = self.tables.get(piece.table_id).ok_or_else(|| {
+            Error::InvalidPlan(format!(
+                "piece names table_id {} but the task has {} tables",
+                piece.table_id,
+                self.tables.len()
+            ))
+        })?;
+        self.block_bytes(table, piece.row_count(table.rows), piece.dim)
+    }
+
+    /// Every device after the rule's reservation (a reservation larger than a cap is reported, not refused).
+    pub fn device_memory(&self) -> Result<Vec<DeviceMemory>> {
+        self.memory.devices(&self.tables, &self.devices)
+    }
+
+    /// Bytes pieces may use on every device (the cap less the rule's reservation);
+    /// [`Error::ReservationExceedsCap`] when the reservation alone exceeds a cap.
+    pub fn usable_bytes(&self) -> Result<Vec<u64>> {
+        self.memory.usable_bytes(&self.tables, &self.devices)
     }
 }
 
@@ -323,6 +373,9 @@ pub struct TaskInput {
     pub tables: Vec<TableInput>,
     /// Devices.
     pub devices: Devices,
+    /// Memory rule (absent = [`MemoryRule::Weights`]).
+    #[serde(default)]
+    pub memory: MemoryRule,
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //!
 //! Removing devices ([`Edit::SetDeviceCount`] with a smaller count) reassigns the pieces of the
 //! removed devices rather than refusing: largest piece first (ties by table, then column), each onto
-//! the remaining device with the most free memory (ties to the lowest index). That keeps the edit
+//! the remaining device with the most free memory (ties to the lowest index), bytes and free memory
+//! counted by the task's memory rule. That keeps the edit
 //! always possible and easy to predict; the report shows whether the result still fits.
 
 use serde::{Deserialize, Serialize};
@@ -186,22 +187,27 @@ pub fn set_device_count(task: &Task, plan: &Plan, count: usize, new_cap_bytes: O
     let old = task.devices.mem_cap_bytes();
     let last = old.last().copied().unwrap_or(1);
     let caps: Vec<u64> = (0..count).map(|d| old.get(d).copied().unwrap_or(new_cap_bytes.unwrap_or(last))).collect();
-    let new_task = Task { tables: task.tables.clone(), devices: Devices::new(caps.clone())? };
+    let new_task = Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory };
 
+    // Memory as the new task counts it (its device count is the world size of the torchrec rule).
+    // A reservation larger than a cap leaves that device 0 usable bytes; the report says so.
+    let usable: Vec<u64> = new_task.device_memory()?.iter().map(|d| d.usable_bytes).collect();
     let mut pieces = plan.pieces().to_vec();
-    let bytes = |p: &Piece| task.tables[p.table_id].piece_bytes(p.dim);
-    let mut used = vec![0u64; count];
-    for p in pieces.iter().filter(|p| p.device < count) {
-        used[p.device] += bytes(p);
+    let bytes = pieces.iter().map(|p| new_task.piece_bytes(p)).collect::<Result<Vec<u64>>>()?;
+    let mut used = vec![0u128; count];
+    for (p, &b) in pieces.iter().zip(&bytes) {
+        if p.device < count {
+            used[p.device] += u128::from(b);
+        }
     }
     let mut orphans: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].device >= count).collect();
     // Largest first; the sort is stable and pieces are sorted by (table, column), which breaks ties.
-    orphans.sort_by_key(|&i| std::cmp::Reverse(bytes(&pieces[i])));
+    orphans.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
     for i in orphans {
-        let free = |d: usize| caps[d] as i128 - used[d] as i128;
+        let free = |d: usize| i128::from(usable[d]) - used[d] as i128;
         // `count >= 1` was checked above, so there is always a device to choose.
         let best = (1..count).fold(0, |best, d| if free(d) > free(best) { d } else { best });
-        used[best] += bytes(&pieces[i]);
+        used[best] += u128::from(bytes[i]);
         pieces[i].device = best;
     }
     let new_plan = Plan::new(&new_task, pieces)?;
@@ -220,7 +226,7 @@ pub fn set_mem_cap(task: &Task, device: usize, mem_cap_bytes: u64) -> Result<Tas
     }
     let mut caps = task.devices.mem_cap_bytes().to_vec();
     caps[device] = mem_cap_bytes;
-    Ok(Task { tables: task.tables.clone(), devices: Devices::new(caps)? })
+    Ok(Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory })
 }
 
 /// Index in `plan.pieces()` of the piece of `table_id` starting at `col_offset`.

@@ -34,6 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 seed: 0,
                 model: ModelOptions::default(),
                 repeat: 1,
+                // The browser's default, as the worker sends no rule.
+                memory: planner_core::MemoryRule::torchrec(),
             };
             let times = out.entry(p.name).or_default();
             let once = match plan(&req, now_ms) {

@@ -7,8 +7,8 @@ use planner_core::planners::planner;
 use planner_core::task::sample_pool_tables;
 use planner_core::units::GIB;
 use planner_core::{
-    AnalyticalModel, CostDefinition, CostModel, Devices, Error, HardwareProfile, PLAN_SCHEMA, Plan, PlanContext,
-    PlanDocument, REGISTRY, Result, SuiteSpec, Task, whatif,
+    AnalyticalModel, CostDefinition, CostModel, Devices, Error, HardwareProfile, MemoryRule, PLAN_SCHEMA, Plan,
+    PlanContext, PlanDocument, REGISTRY, Result, SuiteSpec, Task, whatif,
 };
 use serde::{Deserialize, Serialize};
 
@@ -195,6 +195,10 @@ pub struct PlanRequest {
     /// browsers round `performance.now()` to 0.1 ms, coarser than a fast planner's run.
     #[serde(default = "one")]
     pub repeat: u32,
+    /// The memory rule the task is planned and judged under (it replaces the task's own `memory`);
+    /// default: TorchRec's rule with TorchRec's defaults, as the CLI.
+    #[serde(default = "MemoryRule::torchrec")]
+    pub memory: MemoryRule,
 }
 
 fn one() -> u32 {
@@ -222,14 +226,15 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
     if !(1..=MAX_REPEAT).contains(&req.repeat) {
         return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
     }
+    let task = req.task.clone().with_memory(req.memory);
     let start = now_ms();
-    let mut plan = planner.plan(&req.task, &ctx)?;
+    let mut plan = planner.plan(&task, &ctx)?;
     for _ in 1..req.repeat {
-        plan = planner.plan(&req.task, &ctx)?;
+        plan = planner.plan(&task, &ctx)?;
     }
     let planning_ms = (now_ms() - start) / f64::from(req.repeat);
-    let report = planner_core::evaluate(&req.task, &plan, model.as_ref(), req.model.definition)?;
-    Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, req.task.clone(), &plan, report), planning_ms })
+    let report = planner_core::evaluate(&task, &plan, model.as_ref(), req.model.definition)?;
+    Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, task, &plan, report), planning_ms })
 }
 
 fn validated(doc: &PlanDocument) -> Result<Plan> {
@@ -294,6 +299,7 @@ mod tests {
             seed: 0,
             model: ModelOptions::default(),
             repeat: 1,
+            memory: MemoryRule::torchrec(),
         };
         let ticks = std::cell::Cell::new(1.0);
         let out = plan(&req, || ticks.replace(3.5)).unwrap();
@@ -323,8 +329,14 @@ mod tests {
 
     #[test]
     fn refusals_name_what_is_wrong() {
-        let req =
-            PlanRequest { task: sample(), planner: "magic".into(), seed: 0, model: ModelOptions::default(), repeat: 1 };
+        let req = PlanRequest {
+            task: sample(),
+            planner: "magic".into(),
+            seed: 0,
+            model: ModelOptions::default(),
+            repeat: 1,
+            memory: MemoryRule::torchrec(),
+        };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
         let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };
         assert!(bad_hw.build().err().unwrap().to_string().contains("\"tpu\""));

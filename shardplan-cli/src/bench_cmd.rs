@@ -36,11 +36,12 @@ use planner_core::eval::{
 };
 use planner_core::planners::{PlanContext, PlannerEntry, planners};
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
-use planner_core::{Devices, TableSpec, Task};
+use planner_core::{Devices, MemoryRule, TableSpec, Task};
 use planner_core::{Error, Plan, PlanDocument, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, render_table, write_atomic};
+use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::tasks_cmd::with_rule;
 
 /// Arguments of `shardplan bench`.
 #[derive(Args, Debug)]
@@ -120,6 +121,9 @@ pub struct BenchArgs {
     pub md: Option<PathBuf>,
     #[command(flatten)]
     pub cost: CostArgs,
+    /// Every task of every section is planned and judged under this rule.
+    #[command(flatten)]
+    pub memory: MemoryArgs,
 }
 
 /// One planner's row in a cell.
@@ -255,6 +259,8 @@ pub struct BenchResult {
     pub schema: &'static str,
     /// Cost model (the prediction judge).
     pub cost_model: String,
+    /// Memory rule every task was planned and judged under.
+    pub memory_rule: MemoryRule,
     /// Suite seed.
     pub seed: u64,
     /// The cells.
@@ -298,6 +304,7 @@ fn seed_protocols(
     model: &dyn CostModel,
     count: usize,
     seed: u64,
+    rule: MemoryRule,
 ) -> Result<Vec<ProtocolCell>> {
     let cells = [
         ("DreamShard protocol, unseen tables", Protocol::DreamShard, 4, (10, 101)),
@@ -315,7 +322,7 @@ fn seed_protocols(
             count,
             seed: seed ^ 0x5eed_9707 ^ devices as u64,
         };
-        let suite = spec.tasks().with_context(|| format!("drawing the {name} suite"))?;
+        let suite = with_rule(spec.tasks().with_context(|| format!("drawing the {name} suite"))?, rule);
         let runs: Vec<Vec<Run>> = entries
             .iter()
             .map(|e| suite.iter().map(|st| run_with(e, st, model, CostDefinition::FourPhase)).collect())
@@ -365,7 +372,7 @@ fn run_with(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, definit
                 balance: balance.flatten(),
             })
         }
-        Err(Error::NoFit { .. } | Error::NoPlan { .. }) => {
+        Err(Error::NoFit { .. } | Error::NoPlan { .. } | Error::ReservationExceedsCap { .. }) => {
             Ok(Run { plan: None, outcome: TaskOutcome { cost_ms: None, plan_time_ms }, hits, misses, balance: None })
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index))),
@@ -479,9 +486,15 @@ fn measure_cell(
     Ok(MeasuredCell { tasks: tasks.len(), skipped, summary, paired, dir: dir.display().to_string() })
 }
 
-fn optimality(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel, count: usize) -> Result<Optimality> {
+fn optimality(
+    args: &BenchArgs,
+    entries: &[&PlannerEntry],
+    model: &dyn CostModel,
+    count: usize,
+    rule: MemoryRule,
+) -> Result<Optimality> {
     let spec = SuiteSpec { tables: Some((8, 13)), seed: args.seed ^ 0x0e7a, ..SuiteSpec::neuroshard(4, 128, count, 0) };
-    let suite = spec.tasks()?;
+    let suite = with_rule(spec.tasks()?, rule);
     let mut gaps: Vec<Vec<f64>> = vec![Vec::new(); entries.len()];
     let mut optimal = vec![0; entries.len()];
     let mut bound_gaps = Vec::new();
@@ -499,7 +512,7 @@ fn optimality(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel
         ) {
             Ok(ex) => ex,
             // A table too large for any device unsplit: no unsplit optimum to compare with.
-            Err(Error::NoPlan { .. }) => {
+            Err(Error::NoPlan { .. } | Error::NoFit { .. } | Error::ReservationExceedsCap { .. }) => {
                 skipped += 1;
                 continue;
             }
@@ -538,14 +551,14 @@ fn optimality(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel
 /// A scale task: `tables` pool tables at dims up to 128 on `devices` devices whose equal caps are the
 /// smallest multiple of 4 GiB holding 1.3× an even share of the bytes and 1.1× the largest table (the
 /// NeuroShard protocol's 4 GiB caps cannot hold 100 such tables on 8 devices).
-fn scale_task(tables: usize, devices: usize, index: usize, seed: u64) -> Result<SuiteTask> {
+fn scale_task(tables: usize, devices: usize, index: usize, seed: u64, rule: MemoryRule) -> Result<SuiteTask> {
     const GIB4: u64 = 4 << 30;
     let specs = planner_core::task::sample_pool_tables(tables, 128, seed)?;
     let total: u64 = specs.iter().map(TableSpec::size_bytes).sum();
     let largest = specs.iter().map(TableSpec::size_bytes).max().unwrap_or(0);
     let need = ((total as f64 * 1.3 / devices as f64) as u64).max((largest as f64 * 1.1) as u64);
     let cap = need.div_ceil(GIB4).max(1) * GIB4;
-    let task = Task::new(specs, Devices::uniform(devices, cap)?)?;
+    let task = Task::new(specs, Devices::uniform(devices, cap)?)?.with_memory(rule);
     Ok(SuiteTask {
         schema: planner_core::task::TASK_SCHEMA.into(),
         index,
@@ -556,13 +569,20 @@ fn scale_task(tables: usize, devices: usize, index: usize, seed: u64) -> Result<
     })
 }
 
-fn scale(args: &BenchArgs, entries: &[&PlannerEntry], model: &dyn CostModel, count: usize) -> Result<Vec<ScaleRow>> {
+fn scale(
+    args: &BenchArgs,
+    entries: &[&PlannerEntry],
+    model: &dyn CostModel,
+    count: usize,
+    rule: MemoryRule,
+) -> Result<Vec<ScaleRow>> {
     let points: &[(usize, usize)] = if args.quick { &[(100, 8)] } else { &[(100, 8), (200, 16), (500, 64)] };
     let mut out = Vec::new();
     for &(tables, devices) in points {
         let suite: Vec<SuiteTask> = (0..count)
             .map(|k| {
-                scale_task(tables, devices, k, planner_core::task::task_seed(args.seed ^ ((tables as u64) << 8), k))
+                let seed = planner_core::task::task_seed(args.seed ^ ((tables as u64) << 8), k);
+                scale_task(tables, devices, k, seed, rule)
             })
             .collect::<Result<_>>()?;
         let cap = suite.first().map_or(0, |st| st.task.devices.mem_cap_bytes()[0]);
@@ -634,6 +654,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .unwrap_or_else(|| args.out.as_ref().and_then(|o| o.parent()).unwrap_or(Path::new(".")).join("bench-plans"));
     let entries: Vec<&PlannerEntry> = planners(&args.algos)?;
     let model = args.cost.build()?;
+    let rule = args.memory.rule()?;
+    eprintln!("memory rule: {}", rule.describe());
     let mut cells = Vec::new();
     for &devices in &device_counts {
         for &max_dim in &max_dims {
@@ -643,8 +665,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 tasks,
                 args.seed ^ ((devices as u64) << 16) ^ (u64::from(max_dim) << 24),
             );
-            let suite =
-                spec.tasks().with_context(|| format!("drawing the {devices}-device, max-dim {max_dim} suite"))?;
+            let suite = with_rule(
+                spec.tasks().with_context(|| format!("drawing the {devices}-device, max-dim {max_dim} suite"))?,
+                rule,
+            );
             let mut bounds = Vec::with_capacity(suite.len());
             let mut proven = true;
             for st in &suite {
@@ -711,6 +735,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut result = BenchResult {
         schema: BENCH_SCHEMA,
         cost_model: model.name(),
+        memory_rule: rule,
         seed: args.seed,
         cells,
         optimality: None,
@@ -719,16 +744,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     save(args, &result)?;
     if exact_tasks > 0 {
-        result.optimality = Some(optimality(args, &entries, model.as_ref(), exact_tasks)?);
+        result.optimality = Some(optimality(args, &entries, model.as_ref(), exact_tasks, rule)?);
         save(args, &result)?;
     }
     if scale_tasks > 0 {
-        result.scale = scale(args, &entries, model.as_ref(), scale_tasks)?;
+        result.scale = scale(args, &entries, model.as_ref(), scale_tasks, rule)?;
         save(args, &result)?;
     }
     let protocol_tasks = if args.quick { args.protocol_tasks.min(2) } else { args.protocol_tasks };
     if protocol_tasks > 0 {
-        result.seed_protocols = seed_protocols(&entries, model.as_ref(), protocol_tasks, args.seed)?;
+        result.seed_protocols = seed_protocols(&entries, model.as_ref(), protocol_tasks, args.seed, rule)?;
         save(args, &result)?;
     }
     println!("{}", markdown(&result));
@@ -821,8 +846,12 @@ fn measured_markdown(m: &MeasuredCell) -> String {
 
 /// The Markdown report.
 fn markdown(r: &BenchResult) -> String {
-    let mut out =
-        vec![format!("# shardplan bench\n\nCost model (prediction judge): `{}`; suite seed {}.", r.cost_model, r.seed)];
+    let mut out = vec![format!(
+        "# shardplan bench\n\nCost model (prediction judge): `{}`; memory rule: {}; suite seed {}.",
+        r.cost_model,
+        r.memory_rule.describe(),
+        r.seed
+    )];
     for c in &r.cells {
         out.push(format!(
             "\n## {} devices, max dim {} ({} tasks)\n\nLower bound: mean {:.3} ms ({}); the gap column covers plans without row-wise pieces.\n",

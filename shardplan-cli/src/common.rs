@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel, profiles};
 use planner_core::units::parse_bytes;
-use planner_core::{Devices, TableSpec};
+use planner_core::{Devices, MemoryRule, TableSpec};
 
 /// Cost-model options shared by every subcommand that prices plans.
 #[derive(Args, Debug, Clone)]
@@ -45,6 +45,38 @@ fn parse_definition(s: &str) -> Result<CostDefinition, String> {
         "neuroshard" => Ok(CostDefinition::NeuroShard),
         "four-phase" => Ok(CostDefinition::FourPhase),
         _ => Err(format!("unknown cost definition {s:?}; use neuroshard or four-phase")),
+    }
+}
+
+/// Memory-rule options shared by every subcommand that decides or reports whether a plan fits.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// How device memory is counted. `torchrec`: TorchRec 1.9.2's rule — 15% of every cap, the dense
+    /// parameters and 20 copies of a batch's input indices are reserved, and a piece costs its weights,
+    /// TorchRec's optimizer state and its input/output buffers for the batch (what a training job
+    /// needs). `weights`: the seed papers' rule — weights + optimizer state against the whole cap
+    /// (reproduces their tables). Applies to every task, replacing a task file's own rule.
+    #[arg(long, default_value = "torchrec", value_parser = ["torchrec", "weights"])]
+    pub memory_rule: String,
+    /// torchrec rule: share of every cap kept back, in [0, 1) [default: 0.15]
+    #[arg(long)]
+    pub reserved_fraction: Option<f64>,
+    /// torchrec rule: samples per device and step (TorchRec's per-rank batch size) [default: 512]
+    #[arg(long)]
+    pub batch_per_rank: Option<u64>,
+    /// torchrec rule: bytes per device reserved for dense parameters (`1GiB`, `512MiB`, bytes; TorchRec
+    /// reserves 6 x the dense model's parameter bytes) [default: 0]
+    #[arg(long)]
+    pub dense_bytes: Option<String>,
+}
+
+impl MemoryArgs {
+    /// The rule these flags describe.
+    pub fn rule(&self) -> Result<MemoryRule> {
+        let dense = self.dense_bytes.as_deref().map(|s| parse_bytes("--dense-bytes", s)).transpose()?;
+        let rule = MemoryRule::from_parts(&self.memory_rule, self.reserved_fraction, dense, self.batch_per_rank, None)
+            .context("--memory-rule and its parameters (--reserved-fraction, --batch-per-rank, --dense-bytes)")?;
+        Ok(rule)
     }
 }
 

@@ -7,11 +7,11 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use planner_core::eval::{PlannerSummary, TaskOutcome, summarize};
 use planner_core::planners::{PlanContext, planners};
-use planner_core::{Error, evaluate};
+use planner_core::{Error, MemoryRule, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, render_table, write_atomic};
-use crate::tasks_cmd::{SuiteArgs, read_suite};
+use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::tasks_cmd::{SuiteArgs, read_suite, with_rule};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -41,6 +41,8 @@ pub struct EvalArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub cost: CostArgs,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
 }
 
 /// The JSON result of an evaluation.
@@ -48,6 +50,8 @@ pub struct EvalArgs {
 pub struct EvalResult {
     /// Cost model used.
     pub cost_model: String,
+    /// Memory rule every task was planned and judged under.
+    pub memory_rule: MemoryRule,
     /// Number of tasks.
     pub tasks: usize,
     /// One row per planner.
@@ -69,10 +73,14 @@ pub struct PlannerRuns {
 
 /// Runs `shardplan eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
-    let suite = match &args.tasks {
-        Some(p) => read_suite(p)?,
-        None => args.suite.spec()?.tasks()?,
-    };
+    let rule = args.memory.rule()?;
+    let suite = with_rule(
+        match &args.tasks {
+            Some(p) => read_suite(p)?,
+            None => args.suite.spec()?.tasks()?,
+        },
+        rule,
+    );
     let entries = planners(&args.algos)?;
     let model = args.cost.build()?;
     let mut runs = Vec::new();
@@ -96,7 +104,9 @@ pub fn run(args: &EvalArgs) -> Result<()> {
                 }
                 // No plan within memory is an outcome to report (as in the seed papers' tables), not a
                 // reason to stop the suite.
-                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => (None, Some(e.to_string())),
+                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. } | Error::ReservationExceedsCap { .. })) => {
+                    (None, Some(e.to_string()))
+                }
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index)));
                 }
@@ -108,7 +118,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     }
     let pairs: Vec<(String, Vec<TaskOutcome>)> = runs.iter().map(|r| (r.planner.clone(), r.outcomes.clone())).collect();
     let summary = summarize(&pairs, |name| planner_core::planners::planner(name).is_ok_and(|e| e.is_seed_baseline));
-    let result = EvalResult { cost_model: model.name(), tasks: suite.len(), summary, per_task: runs };
+    let result =
+        EvalResult { cost_model: model.name(), memory_rule: rule, tasks: suite.len(), summary, per_task: runs };
     let json = serde_json::to_string_pretty(&result)?;
     match args.format {
         Format::Md => println!("{}", markdown(&result)),
@@ -139,9 +150,10 @@ fn markdown(r: &EvalResult) -> String {
         })
         .collect();
     format!(
-        "{} tasks, cost model {}\n\n{}",
+        "{} tasks, cost model {}, memory rule {}\n\n{}",
         r.tasks,
         r.cost_model,
+        r.memory_rule.describe(),
         render_table(
             &[
                 "planner",

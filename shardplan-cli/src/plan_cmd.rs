@@ -10,7 +10,7 @@ use planner_core::task::SuiteSpec;
 use planner_core::units::format_bytes;
 use planner_core::{PlanDocument, PlanReport, Task, evaluate};
 
-use crate::common::{CostArgs, DEFAULT_MEM, devices, load_tables, render_table, write_atomic};
+use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table, write_atomic};
 
 /// Arguments of `shardplan plan`.
 #[derive(Args, Debug)]
@@ -54,6 +54,8 @@ pub struct PlanArgs {
     /// List the pieces on every device.
     #[arg(long)]
     pub verbose: bool,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Stop searching planners (neuroshard, the +refine variants) after this many milliseconds and keep
     /// their best plan so far; the unsplit placement search always completes.
     #[arg(long)]
@@ -67,6 +69,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let entry = planner(&args.algo)?;
     let model = args.cost.build()?;
     let devs = devices(args.devices, &args.mem)?;
+    let rule = args.memory.rule()?;
     let task = match (&args.tables, args.sample) {
         (Some(path), None) => Task::new(load_tables(path, args.dim)?, devs)?,
         (Some(_), Some(_)) => bail!("--tables and --sample are exclusive: plan a file, or sample from the pool"),
@@ -77,7 +80,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             t.devices = devs;
             t
         }
-    };
+    }
+    .with_memory(rule);
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_secs_f64() * 1e3;
     let mut ctx = PlanContext::new(model.as_ref(), args.seed);
@@ -110,6 +114,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         report.cost_model,
         report.definition
     );
+    println!("Memory rule: {}", report.memory_rule.describe());
     println!("{}", device_table(&report));
     if args.verbose {
         for d in &report.devices {
@@ -117,7 +122,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         }
     }
     println!(
-        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory: {}; split tables: {} ({} row-wise)",
+        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory (usable bytes): {}; split tables: {} ({} row-wise)",
         report.cost_ms,
         report.bottleneck_device,
         if report.feasible { "yes".to_string() } else { format!("NO ({})", report.violations.join("; ")) },
@@ -134,17 +139,28 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// The per-device table of a report.
+/// The per-device table of a report: memory terms (weights, optimizer state, buffers), their sum
+/// against the usable bytes (the cap less the rule's reservation), then the costs.
 pub fn device_table(report: &PlanReport) -> String {
     let rows: Vec<Vec<String>> = report
         .devices
         .iter()
         .map(|d| {
+            let m = &d.memory;
+            let share = if m.usable_bytes == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}%", 100.0 * d.bytes as f64 / m.usable_bytes as f64)
+            };
             vec![
                 d.device.to_string(),
                 d.pieces.len().to_string(),
+                format_bytes(m.weights_bytes),
+                format_bytes(m.optimizer_bytes),
+                format_bytes(m.buffer_bytes),
                 format_bytes(d.bytes),
-                format!("{:.1}%", 100.0 * d.bytes as f64 / d.mem_cap_bytes as f64),
+                format_bytes(m.usable_bytes),
+                share,
                 d.dim_sum.to_string(),
                 format!("{:.3}", d.compute_ms),
                 format!("{:.3}", d.fw_comm_ms),
@@ -155,7 +171,22 @@ pub fn device_table(report: &PlanReport) -> String {
         })
         .collect();
     render_table(
-        &["device", "pieces", "bytes", "% of cap", "dim sum", "compute ms", "fw comm ms", "bw comm ms", "total ms", ""],
+        &[
+            "device",
+            "pieces",
+            "weights",
+            "optimizer",
+            "buffers",
+            "bytes",
+            "usable",
+            "% of usable",
+            "dim sum",
+            "compute ms",
+            "fw comm ms",
+            "bw comm ms",
+            "total ms",
+            "",
+        ],
         &rows,
         false,
     )

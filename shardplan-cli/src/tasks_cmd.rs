@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use planner_core::MemoryRule;
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
 
-use crate::common::write_atomic;
+use crate::common::{MemoryArgs, write_atomic};
 
 /// Protocols on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -96,19 +97,33 @@ pub struct TasksArgs {
     /// Output file (JSON Lines, one `shardplan.task/v1` record per line).
     #[arg(long, default_value = "tasks.jsonl")]
     pub out: PathBuf,
+    /// The rule every task is written with (its `memory` field).
+    #[command(flatten)]
+    pub memory: MemoryArgs,
 }
 
 /// Runs `shardplan tasks`.
 pub fn run(args: &TasksArgs) -> Result<()> {
-    let tasks = args.suite.spec()?.tasks()?;
+    let rule = args.memory.rule()?;
+    let tasks = with_rule(args.suite.spec()?.tasks()?, rule);
     let mut text = String::new();
     for t in &tasks {
         writeln!(text, "{}", serde_json::to_string(t)?)?;
     }
     write_atomic(&args.out, text.as_bytes())?;
     let tables: usize = tasks.iter().map(|t| t.task.tables.len()).sum();
-    println!("{} tasks ({tables} tables in all) written to {}", tasks.len(), args.out.display());
+    println!(
+        "{} tasks ({tables} tables in all, memory rule {}) written to {}",
+        tasks.len(),
+        rule.name(),
+        args.out.display()
+    );
     Ok(())
+}
+
+/// The suite's tasks under `rule`.
+pub fn with_rule(suite: Vec<SuiteTask>, rule: MemoryRule) -> Vec<SuiteTask> {
+    suite.into_iter().map(|st| SuiteTask { task: st.task.with_memory(rule), ..st }).collect()
 }
 
 /// Reads a task suite written by `shardplan tasks`.

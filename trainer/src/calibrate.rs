@@ -74,6 +74,8 @@ pub struct CalibrateOptions {
     pub comm_max_delay_ms: f64,
     /// Memory cap of a device (tasks and sampled sets).
     pub mem_cap: String,
+    /// The memory rule every task is planned under (every planner alike).
+    pub memory: planner_core::MemoryRule,
     /// Seed of everything (suites, sampler, training).
     pub seed: u64,
     /// Training settings of each profile.
@@ -113,7 +115,7 @@ pub struct RoundReport {
 impl CalibrateOptions {
     fn fingerprint(&self) -> String {
         format!(
-            "{}|{}|{:?}|{}|{}|{:?}|{}|{}|{}|{}|{}|{}|{}",
+            "{}|{}|{:?}|{}|{}|{:?}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.backend,
             self.batch,
             self.cells,
@@ -124,6 +126,7 @@ impl CalibrateOptions {
             self.initial_samples,
             self.comm_samples,
             self.mem_cap,
+            self.memory.describe(),
             self.seed,
             self.members,
             self.neighbours
@@ -219,7 +222,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
     std::fs::create_dir_all(opts.data_dir()).with_context(|| format!("creating {}", opts.data_dir().display()))?;
     let mut state = load_state(opts)?;
     save_state(opts, &state)?;
-    let mut stage = |state: &mut State, name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+    let stage = |state: &mut State, name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         if state.done.contains(name) {
             return Ok(());
         }
@@ -318,13 +321,20 @@ pub fn load_profile(dir: &Path) -> Result<NeuralModel> {
         .with_context(|| format!("loading {}", dir.display()))
 }
 
-/// The tasks of a cell: the NeuroShard protocol at `devices` × `max_dim`, caps `mem_cap`.
-fn cell_tasks(devices: usize, max_dim: u32, count: usize, seed: u64, mem_cap: u64) -> Result<Vec<Task>> {
+/// The tasks of a cell: the NeuroShard protocol at `devices` × `max_dim`, caps `mem_cap`, under `memory`.
+fn cell_tasks(
+    devices: usize,
+    max_dim: u32,
+    count: usize,
+    seed: u64,
+    mem_cap: u64,
+    memory: planner_core::MemoryRule,
+) -> Result<Vec<Task>> {
     let suite = SuiteSpec::neuroshard(devices, max_dim, count, seed);
     suite
         .tasks()?
         .into_iter()
-        .map(|st| Ok(Task::new(st.task.tables, planner_core::Devices::uniform(devices, mem_cap)?)?))
+        .map(|st| Ok(Task::new(st.task.tables, planner_core::Devices::uniform(devices, mem_cap)?)?.with_memory(memory)))
         .collect()
 }
 
@@ -355,7 +365,8 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
     for &(d, m) in &opts.cells {
         let label = cell_label(d, m);
         let mut judged = Vec::new();
-        for (k, task) in cell_tasks(d, m, opts.holdout_tasks, holdout_seed(opts), cap)?.iter().enumerate() {
+        for (k, task) in cell_tasks(d, m, opts.holdout_tasks, holdout_seed(opts), cap, opts.memory)?.iter().enumerate()
+        {
             let task_dir = dir.join(&label).join(format!("task-{k}"));
             std::fs::create_dir_all(&task_dir)?;
             let mut paths = Vec::new();
@@ -598,7 +609,7 @@ fn propose(opts: &CalibrateOptions, round: usize, model: &NeuralModel) -> Result
     let mut rng = ChaCha8Rng::seed_from_u64(task_seed(opts.seed, 0x5E75 + round));
     for &(d, m) in &opts.cells {
         let seed = task_seed(opts.seed, 0x7A41 + 100 * round + d * 1000 + m as usize);
-        for (k, task) in cell_tasks(d, m, opts.train_tasks, seed, cap)?.iter().enumerate() {
+        for (k, task) in cell_tasks(d, m, opts.train_tasks, seed, cap, opts.memory)?.iter().enumerate() {
             let task_key = task_seed(seed, k);
             let mut best: Option<(Plan, f64)> = None;
             for name in &opts.planners {

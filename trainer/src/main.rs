@@ -161,6 +161,10 @@ struct CalibrateArgs {
     /// Memory cap of a device.
     #[arg(long, default_value = "4GiB")]
     mem_cap: String,
+    /// How device memory is counted for every planner: `torchrec` (TorchRec 1.9.2's reservation and
+    /// buffers, defaults) or `weights` (the seed papers' rule).
+    #[arg(long, default_value = "torchrec")]
+    memory_rule: String,
     /// Seed of suites, sampler and training (the bench's default suite seed 0 is kept for judging).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -217,6 +221,7 @@ fn calibrate_cmd(a: &CalibrateArgs) -> ExitCode {
             comm_samples: a.comm_samples,
             comm_max_delay_ms: a.comm_max_delay_ms,
             mem_cap: a.mem_cap.clone(),
+            memory: planner_core::MemoryRule::from_parts(&a.memory_rule, None, None, None, None)?,
             seed: a.seed,
             train: TrainConfig { epochs: a.epochs, batch: a.batch_size, lr: 1e-3, seed: a.seed, progress: false },
             members: a.members,

@@ -302,6 +302,6 @@ mod tests {
         let whole = m.compute_ms(&[PieceRef::whole(&t, 64)]).unwrap();
         let quarter = m.compute_ms(&[piece]).unwrap();
         assert!(quarter < whole && 4.0 * quarter > whole / 1.15);
-        assert_eq!(piece.bytes(), 250 * 64 * 4);
+        assert_eq!(t.block_bytes(piece.rows, piece.dim), 250 * 64 * 4);
     }
 }

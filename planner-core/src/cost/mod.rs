@@ -16,6 +16,7 @@ pub mod profiles;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::memory::{DeviceMemoryReport, MemoryRule};
 use crate::plan::{Piece, Plan};
 use crate::table::TableSpec;
 use crate::task::Task;
@@ -72,12 +73,6 @@ impl<'a> PieceRef<'a> {
     #[must_use]
     pub fn pooling_factor(&self) -> f64 {
         self.table.pooling_factor * self.row_fraction()
-    }
-
-    /// Bytes of the piece (weights plus optimizer state).
-    #[must_use]
-    pub fn bytes(&self) -> u64 {
-        self.table.block_bytes(self.rows, self.dim)
     }
 }
 
@@ -149,10 +144,15 @@ pub struct DeviceReport {
     pub device: usize,
     /// Labels of the pieces on it (`name`, `name[cols a..b]` or `name[rows a..b]`).
     pub pieces: Vec<String>,
-    /// Bytes of its pieces.
+    /// Bytes of its pieces counted against its usable memory under the task's memory rule (weights,
+    /// optimizer state and buffers: [`DeviceReport::memory`]).
     pub bytes: u64,
     /// Its memory cap.
     pub mem_cap_bytes: u64,
+    /// The memory breakdown: the terms of `bytes`, the rule's reservation and the usable bytes
+    /// (absent in reports written before memory rules: all 0).
+    #[serde(default)]
+    pub memory: DeviceMemoryReport,
     /// Sum of its pieces' dims (a row-wise piece counts its full dim: its partial sums cover the whole
     /// batch, so its reduce-scatter moves as many bytes as a table-wise piece's all-to-all).
     pub dim_sum: u64,
@@ -188,9 +188,13 @@ pub struct PlanReport {
     pub cost_interval_ms: Option<[f64; 2]>,
     /// Device with the largest total.
     pub bottleneck_device: usize,
-    /// Whether every device is within its memory cap.
+    /// The memory rule the bytes were counted by (absent in reports written before memory rules: the
+    /// weights rule, the only one there was).
+    #[serde(default)]
+    pub memory_rule: MemoryRule,
+    /// Whether every device's pieces fit its usable memory (and every reservation its cap).
     pub feasible: bool,
-    /// One line per violated cap.
+    /// One line per device over its usable memory (or whose reservation exceeds its cap).
     pub violations: Vec<String>,
     /// Per-device breakdown.
     pub devices: Vec<DeviceReport>,
@@ -201,15 +205,27 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
     let n = task.devices.count();
     let by_device = plan.pieces_by_device(n);
     let pieces = plan.pieces();
+    let usage = crate::memory::plan_usage(task, plan)?;
     let mut devices = Vec::with_capacity(n);
     let mut violations = Vec::new();
-    for (device, idx) in by_device.iter().enumerate() {
+    for ((device, idx), (dm, memory)) in by_device.iter().enumerate().zip(usage) {
         let set: Vec<PieceRef<'_>> =
             idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
-        let bytes: u64 = set.iter().map(PieceRef::bytes).sum();
-        let cap = task.devices.mem_cap_bytes()[device];
-        if bytes > cap {
+        let bytes = memory.placed_bytes()?;
+        let cap = dm.cap_bytes;
+        let rule = task.memory.name();
+        if !dm.reservation_fits() {
+            violations.push(format!(
+                "device {device}: the {rule} memory rule reserves {} bytes, more than its cap {cap}",
+                dm.reserved_bytes
+            ));
+        } else if bytes > dm.usable_bytes && dm.reserved_bytes == 0 {
             violations.push(format!("device {device}: {bytes} bytes placed, cap {cap}"));
+        } else if bytes > dm.usable_bytes {
+            violations.push(format!(
+                "device {device}: {bytes} bytes placed, {} usable of cap {cap} ({} reserved by the {rule} memory rule)",
+                dm.usable_bytes, dm.reserved_bytes
+            ));
         }
         let labels = idx
             .iter()
@@ -230,6 +246,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             pieces: labels,
             bytes,
             mem_cap_bytes: cap,
+            memory,
             dim_sum: set.iter().map(|p| u64::from(p.dim)).sum(),
             compute_ms: model.compute_ms(&set)?,
             compute_interval_ms: None,
@@ -288,6 +305,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         cost_ms,
         cost_interval_ms,
         bottleneck_device,
+        memory_rule: task.memory,
         feasible: violations.is_empty(),
         violations,
         devices,

@@ -256,11 +256,19 @@ pub struct Episode<'a> {
     model: &'a dyn CostModel,
     order: Vec<usize>,
     features: Vec<[f32; DREAMSHARD_LEN]>,
+    /// Per table: weights plus optimizer state (placement order and the size feature).
     sizes: Vec<u64>,
+    /// Per table: bytes under the task's memory rule (what fits where).
+    needs: Vec<u64>,
+    /// Per device: bytes its tables may use under the task's memory rule.
+    usable: Vec<u64>,
     /// Per table: its fixed-point piece vector (incremental models).
     vectors: Vec<Vec<i64>>,
     device_tables: Vec<Vec<usize>>,
+    /// Per device: the sizes of its tables (the size feature).
     device_bytes: Vec<u64>,
+    /// Per device: the memory its tables use under the task's rule (never above `usable`).
+    device_used: Vec<u64>,
     device_sums: Vec<Vec<i64>>,
     device_compute_ms: Vec<f64>,
     assignment: Vec<usize>,
@@ -291,6 +299,8 @@ impl<'a> Episode<'a> {
             (Vec::new(), model.compute_many_ms(&sets)?)
         };
         let sizes: Vec<u64> = task.tables.iter().map(crate::table::TableSpec::size_bytes).collect();
+        let needs: Vec<u64> = task.tables.iter().map(|t| task.block_bytes(t, t.rows, t.dim)).collect::<Result<_>>()?;
+        let usable = task.usable_bytes()?;
         let order = super::largest_first(&single, &sizes);
         let pairs: Vec<(&crate::table::TableSpec, u32)> = task.tables.iter().map(|t| (t, t.dim)).collect();
         let features = dreamshard_task_features(&pairs);
@@ -301,9 +311,12 @@ impl<'a> Episode<'a> {
             order,
             features,
             sizes,
+            needs,
+            usable,
             vectors,
             device_tables: vec![Vec::new(); d],
             device_bytes: vec![0; d],
+            device_used: vec![0; d],
             device_sums: vec![vec![0; width]; d],
             device_compute_ms: vec![0.0; d],
             assignment: vec![usize::MAX; n],
@@ -356,30 +369,34 @@ impl<'a> Episode<'a> {
         self.order.get(self.step).copied()
     }
 
-    /// Devices the current table fits on (all false when done).
+    /// Devices the current table fits on under the task's memory rule (all false when done).
     #[must_use]
     pub fn legal(&self) -> Vec<bool> {
-        let caps = self.task.devices.mem_cap_bytes();
         match self.current_table() {
             Some(t) => self
-                .device_bytes
+                .device_used
                 .iter()
-                .zip(caps)
-                .map(|(&used, &cap)| used.saturating_add(self.sizes[t]) <= cap)
+                .zip(&self.usable)
+                .map(|(&used, &usable)| crate::memory::fits(used, self.needs[t], usable))
                 .collect(),
-            None => vec![false; caps.len()],
+            None => vec![false; self.usable.len()],
         }
     }
 
     /// [`Error::NoFit`] for the current table (call when [`Episode::legal`] is all false).
     #[must_use]
     pub fn no_fit(&self) -> Error {
-        let caps = self.task.devices.mem_cap_bytes();
         let t = self.current_table().unwrap_or(0);
         Error::NoFit {
             table: self.task.tables.get(t).map(|x| x.name.clone()).unwrap_or_default(),
-            need_bytes: self.sizes.get(t).copied().unwrap_or(0),
-            best_free_bytes: self.device_bytes.iter().zip(caps).map(|(&u, &c)| c.saturating_sub(u)).max().unwrap_or(0),
+            need_bytes: self.needs.get(t).copied().unwrap_or(0),
+            best_free_bytes: self
+                .device_used
+                .iter()
+                .zip(&self.usable)
+                .map(|(&u, &c)| c.saturating_sub(u))
+                .max()
+                .unwrap_or(0),
         }
     }
 
@@ -435,7 +452,8 @@ impl<'a> Episode<'a> {
         }
         self.assignment[t] = device;
         self.device_tables[device].push(t);
-        self.device_bytes[device] += self.sizes[t];
+        self.device_bytes[device] = self.device_bytes[device].saturating_add(self.sizes[t]);
+        self.device_used[device] = self.device_used[device].saturating_add(self.needs[t]);
         self.device_compute_ms[device] = if let Some(inc) = self.model.incremental() {
             crate::cost::incremental::add_into(&mut self.device_sums[device], &self.vectors[t]);
             inc.head_ms(&self.device_sums[device]).max(0.0)
@@ -462,16 +480,15 @@ impl<'a> Episode<'a> {
         &self.device_compute_ms
     }
 
-    /// The final reward: min/max device compute when every device is within memory, otherwise
-    /// the most negative `(cap − size) / cap` over devices.
+    /// The final reward: min/max device compute when every device is within its usable memory
+    /// (the task's memory rule), otherwise the most negative `(usable − used) / usable` over devices.
     #[must_use]
     pub fn reward(&self) -> f64 {
-        let caps = self.task.devices.mem_cap_bytes();
         let headroom = self
-            .device_bytes
+            .device_used
             .iter()
-            .zip(caps)
-            .map(|(&used, &cap)| (cap as f64 - used as f64) / cap.max(1) as f64)
+            .zip(&self.usable)
+            .map(|(&used, &usable)| (usable as f64 - used as f64) / usable.max(1) as f64)
             .fold(f64::INFINITY, f64::min);
         if headroom < 0.0 {
             return headroom;

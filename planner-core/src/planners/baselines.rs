@@ -2,15 +2,17 @@
 //!
 //! Greedy: sort tables by a scalar cost, largest first (ties: larger size, then lower index); put
 //! each on the device with the smallest running cost sum among devices where it fits in memory
-//! (ties: smaller size sum, then lower index). Costs: size = bytes; dim = dim; lookup = dim ×
+//! (ties: less memory used, then lower index). Costs: size = bytes; dim = dim; lookup = dim ×
 //! pooling factor; size-lookup = dim × pooling factor × log10(rows) (the authors' code; the paper's
-//! text says × size). Unlike the authors' code, which silently appended a table that fits nowhere
-//! to the last device, a table that fits nowhere is an [`Error::NoFit`].
+//! text says × size). Sizes (weights plus optimizer state) sort; the task's [`crate::MemoryRule`]
+//! decides where a table fits. Unlike the authors' code, which silently appended a table that fits
+//! nowhere to the last device, a table that fits nowhere is an [`Error::NoFit`].
 
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 use super::{PlanContext, Planner};
 use crate::error::{Error, Result};
+use crate::memory::fits;
 use crate::plan::Plan;
 use crate::table::TableSpec;
 use crate::task::Task;
@@ -74,25 +76,23 @@ impl Planner for Greedy {
         let costs: Vec<f64> = task.tables.iter().map(|t| self.0.cost(t)).collect();
         let sizes: Vec<u64> = task.tables.iter().map(TableSpec::size_bytes).collect();
         let order = super::largest_first(&costs, &sizes);
-        let caps = task.devices.mem_cap_bytes();
-        let mut cost_sum = vec![0.0f64; caps.len()];
-        let mut size_sum = vec![0u64; caps.len()];
+        let usable = task.usable_bytes()?;
+        let mut cost_sum = vec![0.0f64; usable.len()];
+        // Bytes under the task's memory rule; only ever raised to at most `usable`, so never past u64.
+        let mut used = vec![0u64; usable.len()];
         let mut assignment = vec![0usize; task.tables.len()];
         for t in order {
-            let size = task.tables[t].size_bytes();
-            let best = (0..caps.len()).filter(|&d| size_sum[d] + size <= caps[d]).min_by(|&a, &b| {
-                cost_sum[a].total_cmp(&cost_sum[b]).then(size_sum[a].cmp(&size_sum[b])).then(a.cmp(&b))
-            });
+            let table = &task.tables[t];
+            let need = task.block_bytes(table, table.rows, table.dim)?;
+            let best = (0..usable.len())
+                .filter(|&d| fits(used[d], need, usable[d]))
+                .min_by(|&a, &b| cost_sum[a].total_cmp(&cost_sum[b]).then(used[a].cmp(&used[b])).then(a.cmp(&b)));
             let Some(d) = best else {
-                let best_free = caps.iter().zip(&size_sum).map(|(c, s)| c - s).max().unwrap_or(0);
-                return Err(Error::NoFit {
-                    table: task.tables[t].name.clone(),
-                    need_bytes: size,
-                    best_free_bytes: best_free,
-                });
+                let best_free = usable.iter().zip(&used).map(|(c, u)| c.saturating_sub(*u)).max().unwrap_or(0);
+                return Err(Error::NoFit { table: table.name.clone(), need_bytes: need, best_free_bytes: best_free });
             };
             cost_sum[d] += costs[t];
-            size_sum[d] += size;
+            used[d] += need;
             assignment[t] = d;
         }
         Plan::unsplit(task, &assignment)

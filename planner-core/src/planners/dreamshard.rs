@@ -171,7 +171,7 @@ impl DreamShardNets {
     /// illegal device.
     pub fn rollout(&self, task: &Task, mut choose: impl FnMut(&[f64], &[bool]) -> usize) -> Result<Rollout> {
         let d = task.devices.count();
-        let caps = task.devices.mem_cap_bytes();
+        let usable = task.usable_bytes()?;
         let emb = self.embed(task);
         let mut cost_sum = vec![vec![0.0; EMBED]; d];
         let mut policy_sum = vec![vec![0.0; EMBED]; d];
@@ -181,13 +181,13 @@ impl DreamShardNets {
         let mut steps = Vec::with_capacity(order.len());
         for &t in &order {
             let table = &task.tables[t];
-            let need = table.size_bytes();
-            let legal: Vec<bool> = (0..d).map(|r| used[r] + need <= caps[r]).collect();
+            let need = task.block_bytes(table, table.rows, table.dim)?;
+            let legal: Vec<bool> = (0..d).map(|r| crate::memory::fits(used[r], need, usable[r])).collect();
             if !legal.contains(&true) {
                 return Err(Error::NoFit {
                     table: table.name.clone(),
                     need_bytes: need,
-                    best_free_bytes: (0..d).map(|r| caps[r].saturating_sub(used[r])).max().unwrap_or(0),
+                    best_free_bytes: (0..d).map(|r| usable[r].saturating_sub(used[r])).max().unwrap_or(0),
                 });
             }
             // Every device as it would be with the table: its cost features and policy sum after the

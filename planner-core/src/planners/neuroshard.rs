@@ -132,8 +132,8 @@ type State = Vec<Vec<u32>>;
 /// What the grid search found for one state.
 #[derive(Debug, Clone)]
 struct Outcome {
-    /// Bytes over the caps of the plan kept (0 when feasible).
-    overflow: u64,
+    /// Bytes over the usable memory of the plan kept (0 when feasible).
+    overflow: u128,
     /// Its cost.
     cost_ms: f64,
     /// Device of every piece, in the state's piece order.
@@ -143,7 +143,7 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn rank(&self) -> (u64, f64) {
+    fn rank(&self) -> (u128, f64) {
         (self.overflow, self.cost_ms)
     }
 }
@@ -179,7 +179,7 @@ fn layout(state: &State) -> Vec<(usize, u32, u32)> {
 
 impl<'t> Search<'t> {
     fn new(task: &'t Task, model: &'t dyn CostModel, config: NeuroShardConfig) -> Result<Self> {
-        let mut ev = Evaluator::new(task, model, config.definition, config.set_cache);
+        let mut ev = Evaluator::new(task, model, config.definition, config.set_cache)?;
         // Every piece any split can make, priced in one batch.
         let mut all = Vec::new();
         for (t, table) in task.tables.iter().enumerate() {
@@ -211,12 +211,11 @@ impl<'t> Search<'t> {
         let pieces = layout(state);
         let ids = self.ids(&pieces)?;
         let n_dev = self.ev.devices();
-        let caps = self.ev.task.devices.mem_cap_bytes().to_vec();
         let mut single = Vec::with_capacity(ids.len());
         for &id in &ids {
             single.push(self.ev.single_cost(id)?);
         }
-        let bytes: Vec<u64> = ids.iter().map(|&id| self.ev.pieces[id as usize].bytes).collect();
+        let bytes: Vec<u64> = ids.iter().map(|&id| self.ev.pieces[id as usize].size_bytes).collect();
         let order = super::largest_first(&single, &bytes);
         let total_dims: u64 = pieces.iter().map(|p| u64::from(p.2)).sum();
         let avg = total_dims as f64 / n_dev as f64;
@@ -234,12 +233,8 @@ impl<'t> Search<'t> {
             let info = self.ev.pieces[id as usize];
             let mut next: Vec<Group> = Vec::with_capacity(groups.len());
             for g in groups {
-                for d in 0..n_dev {
-                    costs[d] = if g.sets[d].bytes + info.bytes <= caps[d] {
-                        self.ev.set_cost_with(&g.sets[d], id)?
-                    } else {
-                        f64::NAN
-                    };
+                for (d, (cost, set)) in costs.iter_mut().zip(&g.sets).enumerate() {
+                    *cost = if self.ev.fits(set, d, id) { self.ev.set_cost_with(set, id)? } else { f64::NAN };
                 }
                 // Each grid point's choice; grid points choosing alike stay together.
                 let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -301,7 +296,6 @@ impl<'t> Search<'t> {
     /// nowhere goes where the most memory is free — an infeasible plan, ranked by its overflow.
     fn relaxed(&mut self, ids: &[u32], order: &[usize]) -> Result<Outcome> {
         let n_dev = self.ev.devices();
-        let caps = self.ev.task.devices.mem_cap_bytes().to_vec();
         let mut sets = vec![self.ev.empty_set(); n_dev];
         let mut compute = vec![0.0; n_dev];
         let mut devices = vec![0; ids.len()];
@@ -311,7 +305,7 @@ impl<'t> Search<'t> {
             let info = self.ev.pieces[id as usize];
             let mut best: Option<(usize, f64)> = None;
             for d in 0..n_dev {
-                if sets[d].bytes + info.bytes <= caps[d] {
+                if self.ev.fits(&sets[d], d, id) {
                     let c = self.ev.set_cost_with(&sets[d], id)?;
                     let better =
                         best.is_none_or(|(bd, bc)| c.total_cmp(&bc).then(sets[d].bytes.cmp(&sets[bd].bytes)).is_lt());
@@ -323,7 +317,7 @@ impl<'t> Search<'t> {
             let (d, c) = if let Some(b) = best {
                 b
             } else {
-                let free = |d: usize| caps[d].saturating_sub(sets[d].bytes);
+                let free = |d: usize| self.ev.free(&sets[d], d);
                 let d = (0..n_dev).max_by(|&a, &b| free(a).cmp(&free(b)).then(b.cmp(&a))).unwrap_or(0);
                 if misfit.is_none() {
                     misfit = Some((info.table, info.bytes, free(d)));
@@ -353,7 +347,7 @@ impl<'t> Search<'t> {
         let mut info = Vec::with_capacity(distinct.len());
         for &(t, d) in &distinct {
             let id = self.ev.register(&[(t, d, self.ev.task.tables[t].rows)])?[0];
-            info.push((self.ev.pieces[id as usize].bytes, self.ev.single_cost(id)?));
+            info.push((self.ev.pieces[id as usize].size_bytes, self.ev.single_cost(id)?));
         }
         let n = self.config.candidates;
         let mut by_size: Vec<usize> = (0..distinct.len()).collect();

@@ -67,7 +67,7 @@ struct State<'t> {
     sets: Vec<DeviceSet>,
     compute: Vec<f64>,
     cost_ms: f64,
-    overflow: u64,
+    overflow: u128,
 }
 
 impl State<'_> {
@@ -187,7 +187,7 @@ impl State<'_> {
 pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineConfig) -> Result<(Plan, SearchStats)> {
     let watch = ctx.stopwatch();
     let n_dev = task.devices.count();
-    let mut ev = Evaluator::new(task, ctx.cost_model, config.definition, config.set_cache);
+    let mut ev = Evaluator::new(task, ctx.cost_model, config.definition, config.set_cache)?;
     let want: Vec<(usize, u32, u64)> =
         plan.pieces().iter().map(|p| (p.table_id, p.dim, p.row_count(task.tables[p.table_id].rows))).collect();
     let ids = ev.register(&want)?;
@@ -232,8 +232,7 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
                 break 'search;
             }
             let (pieces, touched) = st.apply(c)?;
-            let caps = task.devices.mem_cap_bytes();
-            let over = |d: usize, s: &DeviceSet| s.bytes.saturating_sub(caps[d]);
+            let over = |d: usize, s: &DeviceSet| st.ev.over(s, d);
             let overflow = touched.iter().fold(st.overflow, |o, (d, s)| o - over(*d, &st.sets[*d]) + over(*d, s));
             if overflow > st.overflow {
                 continue;

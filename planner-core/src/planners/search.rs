@@ -62,15 +62,19 @@ pub(crate) struct PieceInfo {
     pub table: usize,
     pub dim: u32,
     pub rows: u64,
+    /// Bytes counted against a device's usable memory under the task's rule (fit decisions).
     pub bytes: u64,
+    /// Weights plus optimizer state (rankings and tie-breaks of pieces, as in the seeds).
+    pub size_bytes: u64,
 }
 
-/// The pieces on one device: sorted ids, their vector sum (incremental models), bytes and dim sum.
+/// The pieces on one device: sorted ids, their vector sum (incremental models), bytes under the
+/// task's memory rule (a `u128`, so an overfull device cannot wrap) and dim sum.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DeviceSet {
     pub ids: Vec<u32>,
     pub sum: Vec<i64>,
-    pub bytes: u64,
+    pub bytes: u128,
     pub dims: u64,
 }
 
@@ -83,6 +87,7 @@ pub(crate) struct Evaluator<'a> {
     definition: CostDefinition,
     index: FastMap<(usize, u32, u64), u32>,
     pub pieces: Vec<PieceInfo>,
+    usable: Vec<u64>,
     vectors: Vec<i64>,
     use_cache: bool,
     set_cache: FastMap<Vec<u32>, f64>,
@@ -93,10 +98,12 @@ pub(crate) struct Evaluator<'a> {
 }
 
 impl<'a> Evaluator<'a> {
-    pub fn new(task: &'a Task, model: &'a dyn CostModel, definition: CostDefinition, use_cache: bool) -> Self {
+    /// An evaluator of `task`'s plans; the rule's reservation must fit every cap
+    /// ([`Task::usable_bytes`]).
+    pub fn new(task: &'a Task, model: &'a dyn CostModel, definition: CostDefinition, use_cache: bool) -> Result<Self> {
         let inc = model.incremental().filter(|i| i.vector_len() > 0);
         let width = inc.map_or(0, IncrementalCompute::vector_len);
-        Self {
+        Ok(Self {
             task,
             model,
             inc,
@@ -104,6 +111,7 @@ impl<'a> Evaluator<'a> {
             definition,
             index: FastMap::default(),
             pieces: Vec::new(),
+            usable: task.usable_bytes()?,
             vectors: Vec::new(),
             use_cache,
             set_cache: FastMap::default(),
@@ -111,12 +119,32 @@ impl<'a> Evaluator<'a> {
             key: Vec::new(),
             sum: vec![0; width],
             stats: SearchStats::default(),
-        }
+        })
     }
 
     /// Number of devices.
     pub fn devices(&self) -> usize {
         self.task.devices.count()
+    }
+
+    /// Bytes pieces may use on every device under the task's memory rule.
+    pub fn usable(&self) -> &[u64] {
+        &self.usable
+    }
+
+    /// Whether piece `id` fits on device `device` holding `set`.
+    pub fn fits(&self, set: &DeviceSet, device: usize, id: u32) -> bool {
+        set.bytes + u128::from(self.pieces[id as usize].bytes) <= u128::from(self.usable[device])
+    }
+
+    /// Usable bytes left on device `device` holding `set` (0 when it is full or overfull).
+    pub fn free(&self, set: &DeviceSet, device: usize) -> u64 {
+        u64::try_from(u128::from(self.usable[device]).saturating_sub(set.bytes)).unwrap_or(0)
+    }
+
+    /// Bytes of `set` over device `device`'s usable memory.
+    pub fn over(&self, set: &DeviceSet, device: usize) -> u128 {
+        set.bytes.saturating_sub(u128::from(self.usable[device]))
     }
 
     /// Registers pieces `(table, dim, rows)` not seen yet (one batched model call) and returns the ids of all.
@@ -150,8 +178,10 @@ impl<'a> Evaluator<'a> {
             }
             for &(t, dim, rows) in &new {
                 let id = self.pieces.len() as u32;
-                let bytes = self.task.tables[t].block_bytes(rows, dim);
-                self.pieces.push(PieceInfo { table: t, dim, rows, bytes });
+                let table = &self.task.tables[t];
+                let bytes = self.task.block_bytes(table, rows, dim)?;
+                let size_bytes = table.block_bytes(rows, dim);
+                self.pieces.push(PieceInfo { table: t, dim, rows, bytes, size_bytes });
                 self.index.insert((t, dim, rows), id);
                 self.stats.pieces += 1;
             }
@@ -177,7 +207,7 @@ impl<'a> Evaluator<'a> {
             add_into(&mut set.sum, self.vector(id));
         }
         let p = &self.pieces[id as usize];
-        set.bytes += p.bytes;
+        set.bytes += u128::from(p.bytes);
         set.dims += u64::from(p.dim);
     }
 
@@ -189,7 +219,7 @@ impl<'a> Evaluator<'a> {
                 crate::cost::incremental::sub_from(&mut set.sum, self.vector(id));
             }
             let p = &self.pieces[id as usize];
-            set.bytes -= p.bytes;
+            set.bytes -= u128::from(p.bytes);
             set.dims -= u64::from(p.dim);
         }
     }
@@ -289,8 +319,8 @@ impl<'a> Evaluator<'a> {
         Ok(cost)
     }
 
-    /// Bytes over the caps, summed over devices.
-    pub fn overflow(&self, sets: &[DeviceSet]) -> u64 {
-        sets.iter().zip(self.task.devices.mem_cap_bytes()).map(|(s, &c)| s.bytes.saturating_sub(c)).sum()
+    /// Bytes over the usable memory, summed over devices.
+    pub fn overflow(&self, sets: &[DeviceSet]) -> u128 {
+        sets.iter().enumerate().map(|(d, s)| self.over(s, d)).sum()
     }
 }

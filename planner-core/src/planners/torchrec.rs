@@ -6,8 +6,9 @@
 //! Pipeline (each step as in `torchrec/distributed/planner/`):
 //! 1. **Storage reservation** (`HeuristicalStorageReservation`, `storage_reservations.py`): per rank,
 //!    `int((1 - 0.15) · hbm_cap) − dense − kjt`, with `dense` = 6 × the non-embedding parameters (0 for a
-//!    bare `EmbeddingBagCollection`; [`TorchRecConfig::dense_tensor_bytes`]) and
+//!    bare `EmbeddingBagCollection`; [`TorchRecMemory::dense_bytes`]) and
 //!    `kjt = ceil(Σ_t pf_t · B · 8) · 20` (20 copies of the int64 input indices of a per-rank batch `B`).
+//!    Computed by [`crate::memory`] ([`MemoryRule::TorchRec`]), the rule every planner can run under.
 //! 2. **Enumeration** (`EmbeddingEnumerator`, `sharding_plan.py`): per table, in TorchRec's sharder order,
 //!    table-wise (one shard), column-wise (blocks of the first multiple of 4 in `[128, dim)` dividing the
 //!    dim, else the whole dim: `MIN_CW_DIM`), row-wise (one shard per rank, `ceil(rows / W)` rows each,
@@ -22,7 +23,8 @@
 //!      total), `prefetch_compute = 0`; `total = fwd_compute + bwd_compute + fwd_comms + bwd_comms + prefetch`.
 //! 4. **Storage estimate** (`EmbeddingStorageEstimator`), per shard: `rows·cols·e` (+ TorchRec's optimizer
 //!    multiplier) `+ input + output` with `input = ceil(bi·W·8)` (row-wise: `ceil(bi/W·W·8)`, 0 for an
-//!    empty shard) and `output = ceil(bo·W·cols·e)` (table-wise: the table's dim).
+//!    empty shard) and `output = ceil(bo·W·cols·e)` (table-wise: the table's dim); also
+//!    [`crate::memory`]'s ([`TorchRecMemory::shard`]).
 //! 5. **Proposers** (`proposers.py`), in order: grid search (only when the product of option counts is at
 //!    most 10,000), greedy by max shard perf, greedy by summed shard perf, uniform (one sharding type for
 //!    every table). A proposal already tried is not partitioned again.
@@ -34,8 +36,12 @@
 //!
 //! Batch convention: TorchRec plans with a per-rank batch (`BATCH_SIZE` = 512) multiplied by the world
 //! size inside its formulas, while shardplan's analytical model takes the global batch (65,536). This
-//! planner keeps TorchRec's per-rank batch ([`TorchRecConfig::batch_size_per_rank`]) so its decisions are
+//! planner keeps TorchRec's per-rank batch ([`TorchRecMemory::batch_per_rank`]) so its decisions are
 //! TorchRec's; the plans it returns are then priced by whatever cost model the caller evaluates them with.
+//!
+//! Memory: a task under [`MemoryRule::TorchRec`] plans with that rule's parameters (reserved fraction,
+//! dense bytes, batch, input copies), so the port and every other planner count memory alike; under
+//! [`MemoryRule::Weights`] the port keeps TorchRec's defaults and its plan must also fit the weights rule.
 //!
 //! Floating-point operations follow TorchRec's order, so shard perfs and storages match TorchRec's to the
 //! last bit on the committed fixtures (`tests/fixtures/torchrec/`).
@@ -46,12 +52,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{PlanContext, Planner};
 use crate::error::{Error, Result};
+use crate::memory::{Layout, MemoryRule, TorchRecMemory};
 use crate::plan::{Piece, Plan};
-use crate::table::{OptimizerState, TableSpec};
+use crate::table::TableSpec;
 use crate::task::Task;
 
 /// TorchRec `BATCH_SIZE`: default per-rank batch.
-pub const BATCH_SIZE: u64 = 512;
+pub const BATCH_SIZE: u64 = crate::memory::DEFAULT_BATCH_PER_RANK;
 /// TorchRec `HBM_MEM_BW`: 897 GiB/s, in bytes per ms (the fused kernel's device bandwidth).
 pub const HBM_MEM_BW: f64 = 897.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
 /// TorchRec `INTRA_NODE_BANDWIDTH`: 600 GiB/s, in bytes per ms.
@@ -59,7 +66,7 @@ pub const INTRA_NODE_BANDWIDTH: f64 = 600.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
 /// TorchRec `CROSS_NODE_BANDWIDTH`: 12.5 GiB/s, in bytes per ms.
 pub const CROSS_NODE_BANDWIDTH: f64 = 12.5 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
 /// TorchRec `BIGINT_DTYPE`: bytes per input index (int64).
-pub const BIGINT_DTYPE: u64 = 8;
+pub const BIGINT_DTYPE: u64 = crate::memory::INDEX_BYTES;
 /// TorchRec `MIN_CW_DIM`: smallest column-wise block.
 pub const MIN_CW_DIM: u32 = 128;
 /// TorchRec `FULL_BLOCK_EMB_DIM`.
@@ -75,9 +82,9 @@ pub const BATCHED_COPY_PERF_FACTOR: f64 = 2.455;
 /// Minimum columns a table-wise lookup reads ("minimum embedding dim is set to 32 due to kernel usage").
 pub const MIN_LOOKUP_DIM: u32 = 32;
 /// `heuristical_storage_reservation_percentage` of `EmbeddingShardingPlanner`.
-pub const STORAGE_RESERVATION_PERCENTAGE: f64 = 0.15;
+pub const STORAGE_RESERVATION_PERCENTAGE: f64 = crate::memory::DEFAULT_RESERVED_FRACTION;
 /// `HeuristicalStorageReservation`'s KJT multiplier: 2 pipelined batches × 10 internal copies.
-pub const KJT_STORAGE_MULTIPLIER: u64 = 20;
+pub const KJT_STORAGE_MULTIPLIER: u64 = crate::memory::DEFAULT_KJT_COPIES;
 /// `GridSearchProposer`'s `MAX_PROPOSALS`.
 pub const MAX_GRID_PROPOSALS: u128 = 10_000;
 
@@ -186,10 +193,11 @@ pub struct ShardingOption {
 }
 
 impl ShardingOption {
-    /// Sum of the shards' HBM bytes (`total_storage`).
+    /// Sum of the shards' HBM bytes (`total_storage`; saturating at `u64::MAX`, a ranking key only —
+    /// every shard's own count is exact).
     #[must_use]
     pub fn total_storage_hbm(&self) -> u64 {
-        self.shards.iter().map(|s| s.storage_hbm).sum()
+        self.shards.iter().fold(0u64, |a, s| a.saturating_add(s.storage_hbm))
     }
 
     /// `_sharding_option_score`: the max shard perf total (`use_depth`), else their sum.
@@ -206,8 +214,9 @@ impl ShardingOption {
 /// Inputs of TorchRec's planner that shardplan's task does not carry; defaults are TorchRec's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TorchRecConfig {
-    /// Per-rank batch (`BATCH_SIZE`, 512).
-    pub batch_size_per_rank: u64,
+    /// The storage reservation and the per-rank batch (`BATCH_SIZE`, 512) the estimates use; a task under
+    /// [`MemoryRule::TorchRec`] replaces it with its own when planned by [`TorchRecPlanner`].
+    pub memory: TorchRecMemory,
     /// Device memory bandwidth in bytes per ms (`HBM_MEM_BW`).
     pub hbm_mem_bw: f64,
     /// Intra-host bandwidth in bytes per ms (`INTRA_NODE_BANDWIDTH`).
@@ -216,11 +225,6 @@ pub struct TorchRecConfig {
     pub inter_host_bw: f64,
     /// Ranks per host; `None` = all ranks on one host (TorchRec's default when `local_world_size` is unset).
     pub local_world_size: Option<usize>,
-    /// `HeuristicalStorageReservation` percentage (0.15).
-    pub storage_reservation_percentage: f64,
-    /// HBM reserved per rank for dense parameters (TorchRec: 6 × the non-embedding parameter bytes; 0 for
-    /// a bare `EmbeddingBagCollection`).
-    pub dense_tensor_bytes: u64,
     /// Sharding types to enumerate (always in TorchRec's order: table-wise, column-wise, row-wise).
     pub sharding_types: Vec<ShardingType>,
 }
@@ -228,13 +232,11 @@ pub struct TorchRecConfig {
 impl Default for TorchRecConfig {
     fn default() -> Self {
         Self {
-            batch_size_per_rank: BATCH_SIZE,
+            memory: TorchRecMemory::default(),
             hbm_mem_bw: HBM_MEM_BW,
             intra_host_bw: INTRA_NODE_BANDWIDTH,
             inter_host_bw: CROSS_NODE_BANDWIDTH,
             local_world_size: None,
-            storage_reservation_percentage: STORAGE_RESERVATION_PERCENTAGE,
-            dense_tensor_bytes: 0,
             sharding_types: vec![ShardingType::TableWise, ShardingType::ColumnWise, ShardingType::RowWise],
         }
     }
@@ -243,9 +245,6 @@ impl Default for TorchRecConfig {
 impl TorchRecConfig {
     fn validate(&self, world: usize) -> Result<usize> {
         let ctx = "torchrec planner config";
-        if self.batch_size_per_rank == 0 {
-            return Err(Error::field(ctx, "batch_size_per_rank", 0, "at least 1"));
-        }
         for (field, v) in [
             ("hbm_mem_bw", self.hbm_mem_bw),
             ("intra_host_bw", self.intra_host_bw),
@@ -254,10 +253,6 @@ impl TorchRecConfig {
             if !v.is_finite() || v <= 0.0 {
                 return Err(Error::field(ctx, field, v, "a positive bandwidth in bytes per ms"));
             }
-        }
-        let p = self.storage_reservation_percentage;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(Error::field(ctx, "storage_reservation_percentage", p, "a fraction in [0, 1]"));
         }
         if self.sharding_types.is_empty() {
             return Err(Error::field(ctx, "sharding_types", "[]", "at least one of table_wise, column_wise, row_wise"));
@@ -282,8 +277,9 @@ pub struct TorchRecOutcome {
     pub options: Vec<(ShardingOption, Vec<usize>)>,
     /// `NoopPerfModel.rate`: max over ranks of summed shard perf totals, ms.
     pub objective_ms: f64,
-    /// HBM bytes per rank left for embeddings after the storage reservation.
-    pub reserved_hbm_bytes: Vec<i64>,
+    /// HBM bytes per rank left for embeddings after the storage reservation (TorchRec's "reserved
+    /// topology").
+    pub usable_hbm_bytes: Vec<u64>,
     /// Proposals partitioned (TorchRec's `_num_proposals`).
     pub num_proposals: usize,
     /// Proposals that fit (`_num_plans`).
@@ -313,21 +309,16 @@ impl TorchRecOutcome {
     }
 }
 
-/// Per-table quantities every estimate uses.
+/// Per-table quantities every perf estimate uses.
 struct TableInputs {
     batch_inputs: f64,
     batch_outputs: f64,
     elem: u64,
 }
 
-fn table_inputs(t: &TableSpec, batch: u64) -> TableInputs {
-    // input_lengths = [pf], num_poolings = [1.0], batch_sizes = [B]; sum() of one term.
-    let b = batch as f64;
-    TableInputs {
-        batch_inputs: t.pooling_factor * 1.0 * b,
-        batch_outputs: t.pooling_factor.min(1.0) * 1.0 * b,
-        elem: t.dtype.bytes(),
-    }
+fn table_inputs(t: &TableSpec, memory: &TorchRecMemory) -> TableInputs {
+    let (batch_inputs, batch_outputs) = memory.batch_lookups(t);
+    TableInputs { batch_inputs, batch_outputs, elem: t.dtype.bytes() }
 }
 
 fn block_usage_penalty(dim: u64) -> f64 {
@@ -338,26 +329,10 @@ fn block_usage_penalty(dim: u64) -> f64 {
     }
 }
 
-/// Byte counts as signed numbers (TorchRec's storage arithmetic may go negative); every count here is
-/// far below `i64::MAX` (rows ≤ 2^40, dim ≤ 2^16), so saturation never happens in practice.
-fn signed(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
-}
-
-/// `ceil` of a non-negative float as TorchRec's `math.ceil` (an integer).
+/// `ceil` of a non-negative float as TorchRec's `math.ceil` (an integer; perf inputs only — byte
+/// counts go through [`crate::memory`]).
 fn ceil_u64(x: f64) -> u64 {
     x.ceil() as u64
-}
-
-/// TorchRec's `_get_optimizer_multipler` applied to a shard's tensor bytes (SGD/none: 0; Adam: 2;
-/// row-wise Adagrad: 1/dim, i.e. one element per row in the weights' dtype).
-fn optimizer_bytes(t: &TableSpec, tensor_bytes: u64) -> u64 {
-    let mult = match t.optimizer {
-        OptimizerState::None => return 0,
-        OptimizerState::Adam => 2.0,
-        OptimizerState::RowwiseAdagrad => 1.0 / f64::from(t.dim),
-    };
-    ceil_u64(tensor_bytes as f64 * mult)
 }
 
 /// The perf of one shard of `cols` columns.
@@ -394,27 +369,13 @@ fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64
     }
 }
 
-/// The HBM bytes of one shard (`calculate_shard_storages`, training, no pipeline).
-fn shard_storage(st: ShardingType, t: &TableSpec, x: &TableInputs, sizes: [u64; 2], world: usize) -> u64 {
-    let w = world as f64;
-    let tensor = x.elem * sizes[0] * sizes[1];
-    let empty = sizes[0] * sizes[1] == 0;
-    let (input, output) = match st {
-        ShardingType::TableWise => (
-            ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64),
-            ceil_u64(x.batch_outputs * w * f64::from(t.dim) * x.elem as f64),
-        ),
-        ShardingType::ColumnWise => (
-            ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64),
-            ceil_u64(x.batch_outputs * w * sizes[1] as f64 * x.elem as f64),
-        ),
-        ShardingType::RowWise if empty => (0, 0),
-        ShardingType::RowWise => (
-            ceil_u64(x.batch_inputs / w * w * BIGINT_DTYPE as f64),
-            ceil_u64(x.batch_outputs * w * sizes[1] as f64 * x.elem as f64),
-        ),
+/// The HBM bytes of one shard (`calculate_shard_storages`, training, no pipeline), by the memory model.
+fn shard_storage(cfg: &TorchRecConfig, st: ShardingType, t: &TableSpec, sizes: [u64; 2], world: usize) -> Result<u64> {
+    let layout = match st {
+        ShardingType::TableWise | ShardingType::ColumnWise => Layout::Columns,
+        ShardingType::RowWise => Layout::Rows,
     };
-    tensor + optimizer_bytes(t, tensor) + (input + output)
+    cfg.memory.shard(t, layout, sizes[0], sizes[1], world)?.total_bytes()
 }
 
 /// `_get_block_size_for_cw_shard` with no `min_partition` constraint.
@@ -466,7 +427,7 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
     types.dedup();
     let mut out = Vec::with_capacity(task.tables.len());
     for (table_id, t) in task.tables.iter().enumerate() {
-        let x = table_inputs(t, cfg.batch_size_per_rank);
+        let x = table_inputs(t, &cfg.memory);
         let mut options = Vec::with_capacity(types.len());
         for &st in &types {
             let geometry: Vec<([u64; 2], [u64; 2])> = match st {
@@ -489,13 +450,15 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
             };
             let shards = geometry
                 .into_iter()
-                .map(|(offsets, sizes)| Shard {
-                    offsets,
-                    sizes,
-                    perf: shard_perf(cfg, st, &x, sizes[1], world, local),
-                    storage_hbm: shard_storage(st, t, &x, sizes, world),
+                .map(|(offsets, sizes)| {
+                    Ok(Shard {
+                        offsets,
+                        sizes,
+                        perf: shard_perf(cfg, st, &x, sizes[1], world, local),
+                        storage_hbm: shard_storage(cfg, st, t, sizes, world)?,
+                    })
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             options.push(ShardingOption { table_id, sharding_type: st, shards });
         }
         out.push(options);
@@ -503,41 +466,18 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
     Ok(out)
 }
 
-/// `HeuristicalStorageReservation.reserve`: HBM bytes per rank left for embedding shards.
-pub fn reserve_storage(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<i64>> {
+/// `HeuristicalStorageReservation.reserve`: HBM bytes per rank left for embedding shards, by the memory
+/// model ([`MemoryRule::TorchRec`] with the config's parameters); [`Error::ReservationExceedsCap`] when
+/// the reservation alone exceeds a rank's HBM.
+pub fn reserve_storage(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<u64>> {
     cfg.validate(task.devices.count())?;
-    let b = cfg.batch_size_per_rank as f64;
-    let batch_inputs = task.tables.iter().fold(0.0, |acc, t| acc + t.pooling_factor * b);
-    let kjt = ceil_u64(batch_inputs * BIGINT_DTYPE as f64) * KJT_STORAGE_MULTIPLIER;
-    let reserved: Vec<i64> = task
-        .devices
-        .mem_cap_bytes()
-        .iter()
-        .map(|&cap| {
-            ((1.0 - cfg.storage_reservation_percentage) * cap as f64) as i64
-                - signed(cfg.dense_tensor_bytes)
-                - signed(kjt)
-        })
-        .collect();
-    if reserved[0] < 0 {
-        return Err(Error::NoPlan {
-            planner: "torchrec".into(),
-            reason: format!(
-                "rank 0 has {} bytes of HBM after reserving {:.0}% of {} bytes, {} bytes of dense parameters and {kjt} bytes of input indices (HeuristicalStorageReservation)",
-                reserved[0],
-                cfg.storage_reservation_percentage * 100.0,
-                task.devices.mem_cap_bytes()[0],
-                cfg.dense_tensor_bytes
-            ),
-        });
-    }
-    Ok(reserved)
+    MemoryRule::TorchRec(cfg.memory).usable_bytes(&task.tables, &task.devices)
 }
 
 /// State of one rank during partitioning.
 #[derive(Clone)]
 struct Rank {
-    hbm: i64,
+    hbm: u64,
     perf: Perf,
 }
 
@@ -546,10 +486,10 @@ struct Rank {
 fn partition(
     space: &[Vec<ShardingOption>],
     proposal: &[usize],
-    reserved: &[i64],
+    usable: &[u64],
     local: usize,
 ) -> Option<Vec<Vec<usize>>> {
-    let mut ranks: Vec<Rank> = reserved.iter().map(|&hbm| Rank { hbm, perf: Perf::default() }).collect();
+    let mut ranks: Vec<Rank> = usable.iter().map(|&hbm| Rank { hbm, perf: Perf::default() }).collect();
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); proposal.len()];
     // Uniform (row-wise) options first: shard i on rank i.
     for (t, &o) in proposal.iter().enumerate() {
@@ -561,7 +501,7 @@ fn partition(
             return None;
         }
         for (i, s) in opt.shards.iter().enumerate() {
-            let need = signed(s.storage_hbm);
+            let need = s.storage_hbm;
             if need > ranks[i].hbm {
                 return None;
             }
@@ -576,7 +516,7 @@ fn partition(
     order.sort_by(|&a, &b| space[b][proposal[b]].total_storage_hbm().cmp(&space[a][proposal[a]].total_storage_hbm()));
     for t in order {
         for s in &space[t][proposal[t]].shards {
-            let need = signed(s.storage_hbm);
+            let need = s.storage_hbm;
             let best = (0..ranks.len()).filter(|&r| need <= ranks[r].hbm).min_by(|&a, &b| {
                 ranks[a]
                     .perf
@@ -712,7 +652,7 @@ impl Proposer {
 pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcome> {
     let world = task.devices.count();
     let local = cfg.validate(world)?;
-    let reserved = reserve_storage(task, cfg)?;
+    let usable = reserve_storage(task, cfg)?;
     let space = enumerate(task, cfg)?;
     let mut proposers = [
         Proposer::grid(&space),
@@ -723,7 +663,7 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
     let mut tried: HashSet<Vec<usize>> = HashSet::new();
     let mut best: Option<(f64, Vec<usize>, Vec<Vec<usize>>)> = None;
     let (mut num_proposals, mut num_plans) = (0, 0);
-    let mut lowest_storage = u64::MAX;
+    let mut lowest_storage = u128::MAX;
     for proposer in &mut proposers {
         while let Some(proposal) = proposer.propose() {
             if tried.contains(&proposal) {
@@ -731,14 +671,15 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
                 continue;
             }
             num_proposals += 1;
-            if let Some(ranks_of) = partition(&space, &proposal, &reserved, local) {
+            if let Some(ranks_of) = partition(&space, &proposal, &usable, local) {
                 num_plans += 1;
                 let rating = rate(&space, &proposal, &ranks_of, world);
                 if best.as_ref().is_none_or(|(b, _, _)| rating < *b) {
                     best = Some((rating, proposal.clone(), ranks_of));
                 }
             } else {
-                let storage: u64 = proposal.iter().enumerate().map(|(t, &o)| space[t][o].total_storage_hbm()).sum();
+                let storage: u128 =
+                    proposal.iter().enumerate().map(|(t, &o)| u128::from(space[t][o].total_storage_hbm())).sum();
                 lowest_storage = lowest_storage.min(storage);
             }
             tried.insert(proposal);
@@ -746,12 +687,8 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
         }
     }
     let Some((objective_ms, proposal, ranks_of)) = best else {
-        let available: i64 = reserved.iter().sum();
-        let why = if lowest_storage as i128 > i128::from(available) {
-            "insufficient storage"
-        } else {
-            "no proposal could be partitioned"
-        };
+        let available: u128 = usable.iter().map(|&u| u128::from(u)).sum();
+        let why = if lowest_storage > available { "insufficient storage" } else { "no proposal could be partitioned" };
         return Err(Error::NoPlan {
             planner: "torchrec".into(),
             reason: format!(
@@ -760,13 +697,14 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
         });
     };
     let options = proposal.iter().enumerate().map(|(t, &o)| space[t][o].clone()).zip(ranks_of).collect();
-    Ok(TorchRecOutcome { options, objective_ms, reserved_hbm_bytes: reserved, num_proposals, num_plans })
+    Ok(TorchRecOutcome { options, objective_ms, usable_hbm_bytes: usable, num_proposals, num_plans })
 }
 
-/// The `torchrec` planner: [`plan_torchrec`] with [`TorchRecConfig::default`], returned as a shardplan
-/// [`Plan`]. It ignores the context's cost model (TorchRec plans with its own estimates) and refuses a
-/// plan that would overfill a device under shardplan's own byte count (which can exceed TorchRec's for
-/// row-wise Adagrad state on fp16 tables).
+/// The `torchrec` planner: [`plan_torchrec`] with [`TorchRecConfig::default`] — the memory parameters
+/// taken from the task when it runs under [`MemoryRule::TorchRec`] — returned as a shardplan [`Plan`].
+/// It ignores the context's cost model (TorchRec plans with its own estimates) and refuses a plan that
+/// would overfill a device under the task's memory rule (the weights rule counts shardplan's optimizer
+/// state, which can exceed TorchRec's for row-wise Adagrad state on fp16 tables).
 #[derive(Debug, Clone, Default)]
 pub struct TorchRecPlanner {
     /// TorchRec's inputs.
@@ -779,22 +717,25 @@ impl Planner for TorchRecPlanner {
     }
 
     fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
-        let outcome = plan_torchrec(task, &self.config)?;
-        let plan = outcome.to_plan(task)?;
-        let caps = task.devices.mem_cap_bytes();
-        let mut bytes = vec![0u64; caps.len()];
-        for p in plan.pieces() {
-            let t = &task.tables[p.table_id];
-            bytes[p.device] += t.block_bytes(p.row_count(t.rows), p.dim);
+        let mut config = self.config.clone();
+        if let MemoryRule::TorchRec(m) = task.memory {
+            config.memory = m;
         }
-        if let Some(d) = (0..caps.len()).find(|&d| bytes[d] > caps[d]) {
-            return Err(Error::NoPlan {
-                planner: "torchrec".into(),
-                reason: format!(
-                    "TorchRec's plan puts {} bytes on device {d} (cap {}) under shardplan's optimizer-state accounting",
-                    bytes[d], caps[d]
-                ),
-            });
+        let outcome = plan_torchrec(task, &config)?;
+        let plan = outcome.to_plan(task)?;
+        for (d, (dm, m)) in crate::memory::plan_usage(task, &plan)?.into_iter().enumerate() {
+            let bytes = m.placed_bytes()?;
+            if !dm.reservation_fits() || bytes > dm.usable_bytes {
+                return Err(Error::NoPlan {
+                    planner: "torchrec".into(),
+                    reason: format!(
+                        "TorchRec's plan puts {bytes} bytes on device {d} ({} usable of cap {}) under the task's {} memory rule",
+                        dm.usable_bytes,
+                        dm.cap_bytes,
+                        task.memory.name()
+                    ),
+                });
+            }
         }
         Ok(plan)
     }
@@ -803,7 +744,7 @@ impl Planner for TorchRecPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{ElementType, NUM_BINS};
+    use crate::table::{ElementType, NUM_BINS, OptimizerState};
     use crate::task::Devices;
 
     fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
@@ -859,10 +800,13 @@ mod tests {
         let big = Task::new(vec![table("a", 10_000_000, 64, 2.0)], Devices::uniform(2, 1 << 30).unwrap()).unwrap();
         let e = plan_torchrec(&big, &cfg).unwrap_err().to_string();
         assert!(e.contains("insufficient storage"), "{e}");
+        // 200 lookups per sample: 200 · 512 · 8 · 20 bytes of input indices, far more than a 1000-byte rank.
         let tiny = Task::new(vec![table("a", 10, 4, 200.0)], Devices::uniform(2, 1000).unwrap()).unwrap();
-        assert!(plan_torchrec(&tiny, &cfg).unwrap_err().to_string().contains("HeuristicalStorageReservation"));
-        let bad = TorchRecConfig { batch_size_per_rank: 0, ..TorchRecConfig::default() };
-        assert!(plan_torchrec(&task, &bad).unwrap_err().to_string().contains("batch_size_per_rank"));
+        let e = plan_torchrec(&tiny, &cfg).unwrap_err();
+        assert!(matches!(e, Error::ReservationExceedsCap { device: 0, cap_bytes: 1000, .. }), "{e}");
+        assert!(e.to_string().contains("16384000 bytes of input indices"), "{e}");
+        let bad = TorchRecMemory::new(0.15, 0, 0, 20).unwrap_err().to_string();
+        assert!(bad.contains("`batch_per_rank` = 0"), "{bad}");
     }
 
     #[test]

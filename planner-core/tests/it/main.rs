@@ -12,8 +12,10 @@ use proptest::prelude::*;
 
 mod autoshard;
 mod dreamshard;
+mod memory;
 mod neuroshard;
 mod torchrec_golden;
+mod weights_rule;
 
 pub(crate) fn table(name: &str, rows: u64, dim: u32, pf: f64) -> TableSpec {
     let mut bins = [0.0; NUM_BINS];
@@ -54,7 +56,7 @@ pub(crate) fn check_plan(task: &Task, plan: &Plan, model: &dyn CostModel, random
         // Planners other than random respect every cap.
         assert!(report.feasible, "{:?}", report.violations);
         for d in &report.devices {
-            assert!(d.bytes <= task.devices.mem_cap_bytes()[d.device]);
+            assert!(d.bytes <= d.memory.usable_bytes && d.memory.usable_bytes <= d.mem_cap_bytes);
         }
     }
     let scratch = cost_from_scratch(task, plan, model);

@@ -13,8 +13,10 @@
 //! * `wide_7x4_uneven_caps`: the same tables on ranks of 8, 8, 10 and 12 GiB (row-wise shards in
 //!   proportion to the caps).
 
-use planner_core::planners::torchrec::{Perf, ShardingType, TorchRecConfig, enumerate, plan_torchrec};
-use planner_core::{Error, Task};
+use planner_core::memory::plan_usage;
+use planner_core::planners::torchrec::{Perf, ShardingType, TorchRecConfig, TorchRecPlanner, enumerate, plan_torchrec};
+use planner_core::planners::{PlanContext, Planner};
+use planner_core::{Error, MemoryRule, Task, TorchRecMemory};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -54,7 +56,7 @@ struct Reference {
     batch_size_per_rank: u64,
     world_size: usize,
     task: Task,
-    reserved_hbm_bytes: Option<Vec<i64>>,
+    reserved_hbm_bytes: Option<Vec<u64>>,
     objective: Option<f64>,
     num_proposals: usize,
     num_plans: usize,
@@ -101,7 +103,8 @@ fn check_shard(ctx: &str, ours: (&[u64; 2], &[u64; 2], u64, &Perf), theirs: &Ref
 
 fn check(name: &str) {
     let r = load(name);
-    let cfg = TorchRecConfig { batch_size_per_rank: r.batch_size_per_rank, ..TorchRecConfig::default() };
+    let memory = TorchRecMemory::new(0.15, 0, r.batch_size_per_rank, 20).unwrap();
+    let cfg = TorchRecConfig { memory, ..TorchRecConfig::default() };
     let names: Vec<&str> = r.task.tables.iter().map(|t| t.name.as_str()).collect();
     if let Some(space) = &r.search_space {
         let ours: Vec<_> = enumerate(&r.task, &cfg).unwrap().into_iter().flatten().collect();
@@ -117,7 +120,7 @@ fn check(name: &str) {
         }
     }
     let result = plan_torchrec(&r.task, &cfg);
-    let Some(plan) = &r.plan else {
+    let Some(plan_shards) = &r.plan else {
         let e = result.expect_err(name);
         assert!(matches!(e, Error::NoPlan { .. }), "{name}: {e}");
         assert!(r.error.as_deref().is_some_and(|m| m.contains("insufficient storage")), "{name}: {:?}", r.error);
@@ -125,9 +128,9 @@ fn check(name: &str) {
         return;
     };
     let out = result.unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(Some(&out.reserved_hbm_bytes), r.reserved_hbm_bytes.as_ref(), "{name}: reserved HBM");
-    assert_eq!(out.options.len(), plan.len(), "{name}");
-    for ((o, ranks), t) in out.options.iter().zip(plan) {
+    assert_eq!(Some(&out.usable_hbm_bytes), r.reserved_hbm_bytes.as_ref(), "{name}: reserved HBM");
+    assert_eq!(out.options.len(), plan_shards.len(), "{name}");
+    for ((o, ranks), t) in out.options.iter().zip(plan_shards) {
         let ctx = format!("{name}: table {}", t.table);
         assert_eq!(names[o.table_id], t.table, "{ctx}");
         assert_eq!(o.sharding_type.as_str(), t.sharding_type, "{ctx}: sharding type");
@@ -141,8 +144,32 @@ fn check(name: &str) {
     let objective = r.objective.unwrap();
     assert!(close(out.objective_ms, objective), "{name}: objective {} vs TorchRec {objective}", out.objective_ms);
     assert_eq!((out.num_proposals, out.num_plans), (r.num_proposals, r.num_plans), "{name}: proposals, plans");
-    // The port's outcome is a valid shardplan plan of the task.
-    out.to_plan(&r.task).unwrap();
+    // The port's outcome is a valid shardplan plan of the task, and the memory model — which every
+    // planner fits against under the torchrec rule — counts on every rank exactly the storage TorchRec
+    // reported for the shards it placed there, and leaves exactly TorchRec's HBM after the reservation.
+    let plan = out.to_plan(&r.task).unwrap();
+    let task = r.task.clone().with_memory(MemoryRule::TorchRec(memory));
+    let mut theirs = vec![0u64; r.world_size];
+    for t in plan_shards {
+        for s in &t.shards {
+            theirs[s.rank.unwrap()] += s.storage_hbm;
+        }
+    }
+    let usage = plan_usage(&task, &plan).unwrap();
+    let ours: Vec<u64> = usage.iter().map(|(_, m)| m.placed_bytes().unwrap()).collect();
+    assert_eq!(ours, theirs, "{name}: storage per rank");
+    let usable: Vec<u64> = usage.iter().map(|(d, _)| d.usable_bytes).collect();
+    assert_eq!(Some(&usable), r.reserved_hbm_bytes.as_ref(), "{name}: usable HBM per rank");
+    assert_eq!(task.usable_bytes().unwrap(), usable);
+    // The registered planner on the task under the torchrec rule makes the same plan (its own fit check
+    // passes), and the report built on the same numbers says it fits.
+    let model = planner_core::AnalyticalModel::default();
+    let planned = TorchRecPlanner::default().plan(&task, &PlanContext::new(&model, 0)).unwrap();
+    assert_eq!(planned, plan, "{name}: planner under the torchrec rule");
+    let report = planner_core::evaluate(&task, &plan, &model, planner_core::CostDefinition::NeuroShard).unwrap();
+    assert!(report.feasible, "{name}: {:?}", report.violations);
+    assert_eq!(report.devices.iter().map(|d| d.bytes).collect::<Vec<_>>(), theirs, "{name}: report bytes");
+    assert_eq!(report.memory_rule, MemoryRule::TorchRec(memory));
 }
 
 #[test]

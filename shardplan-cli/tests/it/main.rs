@@ -180,8 +180,8 @@ fn torchrec_tables_in_torchrec_plan_out_and_export() {
 
 #[test]
 fn eval_reports_torchrec_no_plan_as_an_unsolved_task() {
-    // On the seed-0 four-device suite TorchRec's reservations leave tasks 9, 12 and 15 without a plan
-    // (the greedy baselines fit them): eval must report them, not stop.
+    // On the seed-0 four-device suite TorchRec's reservations leave tasks 9, 12 and 15 without a plan:
+    // eval must report them, not stop.
     let (o, text) = run(bin().args([
         "eval",
         "--devices",
@@ -205,6 +205,72 @@ fn eval_reports_torchrec_no_plan_as_an_unsolved_task() {
     let failed: Vec<usize> =
         (0..16).filter(|&i| runs["failures"][i].as_str().is_some_and(|f| f.contains("found no plan"))).collect();
     assert_eq!(failed, vec![9, 12, 15], "{text}");
+}
+
+#[test]
+fn memory_rule_flags_decide_what_fits_and_are_printed() {
+    // One 3.5 GiB table (fp32, 7,340,032 x 128) on one 4 GiB device: it fits the seed papers' weights
+    // rule, not TorchRec's (15% of the cap reserved, plus buffers).
+    let dir = scratch("memory");
+    let tables = dir.join("t.json");
+    std::fs::write(&tables, r#"[{"name": "u", "rows": 7340032, "dim": 128, "pooling_factor": 2}]"#).unwrap();
+    let plan = |extra: &[&str], out: &PathBuf| {
+        run(bin()
+            .args(["plan", "--algo", "size", "--devices", "1", "--mem", "4GiB", "--tables"])
+            .arg(&tables)
+            .args(extra)
+            .arg("--out")
+            .arg(out))
+    };
+    let weights = dir.join("w.json");
+    let (o, text) = plan(&["--memory-rule", "weights"], &weights);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Memory rule: weights") && text.contains("fits memory (usable bytes): yes"), "{text}");
+    for column in ["weights", "optimizer", "buffers", "usable"] {
+        assert!(text.contains(column), "no {column} column: {text}");
+    }
+    let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&weights).unwrap()).unwrap();
+    assert_eq!(doc.task.memory, planner_core::MemoryRule::Weights);
+    assert_eq!(doc.report.memory_rule, planner_core::MemoryRule::Weights);
+    let d = &doc.report.devices[0];
+    assert_eq!((d.bytes, d.memory.usable_bytes, d.memory.buffer_bytes), (7_340_032 * 128 * 4, 4 << 30, 0));
+    // The default rule is TorchRec's: the same table fits nowhere.
+    check_fails(
+        bin()
+            .args(["plan", "--algo", "size", "--devices", "1", "--mem", "4GiB", "--tables"])
+            .arg(&tables)
+            .arg("--out")
+            .arg(dir.join("t.json.out")),
+        &["fits on no device"],
+    );
+    // Exporting the weights-rule plan for TorchRec is refused under TorchRec's rule, allowed under the seeds'.
+    let tr = dir.join("p.torchrec.json");
+    check_fails(
+        bin().arg("export-torchrec").arg(&weights).arg("--out").arg(&tr),
+        &["does not fit under the torchrec memory rule", "device 0"],
+    );
+    assert!(!tr.exists());
+    let (o, text) =
+        run(bin().arg("export-torchrec").arg(&weights).args(["--memory-rule", "weights", "--out"]).arg(&tr));
+    assert!(o.status.success() && tr.exists(), "{text}");
+    // A smaller reservation and batch let it fit TorchRec's rule; the report says which rule and what it kept.
+    let small = dir.join("s.json");
+    let (o, text) = plan(&["--reserved-fraction", "0.05", "--batch-per-rank", "64", "--dense-bytes", "1MiB"], &small);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Memory rule: torchrec (5% of every cap reserved, 1048576 dense bytes"), "{text}");
+    let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&small).unwrap()).unwrap();
+    let m = doc.report.devices[0].memory;
+    assert!(doc.report.feasible && m.buffer_bytes > 0 && m.reserved_bytes + m.usable_bytes == 4 << 30, "{m:?}");
+    // Bad parameters are refused by name.
+    for (args, needles) in [
+        (vec!["--reserved-fraction", "1.5"], vec!["`reserved_fraction` = 1.5", "[0, 1)"]),
+        (vec!["--batch-per-rank", "0"], vec!["`batch_per_rank` = 0"]),
+        (vec!["--memory-rule", "weights", "--reserved-fraction", "0.2"], vec!["`reserved_fraction` = 0.2"]),
+        (vec!["--dense-bytes", "lots"], vec!["--dense-bytes", "lots"]),
+        (vec!["--memory-rule", "hbm"], vec!["hbm"]),
+    ] {
+        check_fails(bin().arg("plan").args(&args).arg("--out").arg(dir.join("x.json")), &needles);
+    }
 }
 
 /// A stand-in for `shardplan-collect` that "measures" plans as `factor · predicted + offset` read from
@@ -260,7 +326,9 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
     for (factor, tau) in [(1, 1.0), (-1, -1.0)] {
         let out = dir.join(format!("f{factor}/bench.json"));
         let (o, text) = run(bin()
+            // The seed papers' memory rule, under which every planner fits all four tasks of the cell.
             .args(["bench", "--quick", "--algos", "size,lookup,dim,neuroshard", "--exact-tasks", "2"])
+            .args(["--memory-rule", "weights"])
             .args([
                 "--scale-tasks",
                 "0",

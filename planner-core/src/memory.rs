@@ -1,0 +1,709 @@
+//! Device memory: how many bytes a piece of a table takes on a device, and how many bytes of a device
+//! pieces may take — the one place where memory is computed, under a named [`MemoryRule`].
+//!
+//! Every fit decision (planners, refinement, bounds, what-if, [`crate::evaluate`]'s report) goes
+//! through [`Task::block_memory`](crate::Task::block_memory), [`Task::usable_bytes`](crate::Task::usable_bytes)
+//! and [`plan_usage`], which read the task's rule; sizes used as features or sort keys stay the tables'
+//! own byte counts ([`TableSpec::size_bytes`]).
+//!
+//! Two rules:
+//! * [`MemoryRule::Weights`] — the seed papers' rule: a piece costs its weights plus shardplan's optimizer
+//!   state ([`TableSpec::block_bytes`]), and the whole cap is usable.
+//! * [`MemoryRule::TorchRec`] — TorchRec 1.9.2's `HeuristicalStorageReservation` and
+//!   `EmbeddingStorageEstimator` for training with fused HBM kernels ([`TorchRecMemory`]). Per device,
+//!   `usable = int((1 − reserved_fraction) · cap) − dense_bytes − kjt` with
+//!   `kjt = ceil(Σ_t pf_t · B · 8) · kjt_copies` (the int64 input indices of a per-rank batch `B`, kept in
+//!   `kjt_copies` copies: 2 pipelined batches × 10 internal copies). Per piece of `rows × cols` in a world
+//!   of `W` devices, with `bi = pf · B` and `bo = min(1, pf) · B`:
+//!   `tensor = rows · cols · elem`, optimizer = `ceil(tensor · m)` (TorchRec's multiplier `m`: SGD 0,
+//!   Adam 2, row-wise Adagrad 1/dim), input = `ceil(bi · W · 8)` and output = `ceil(bo · W · cols · elem)`
+//!   for a piece of whole rows (table-wise and column-wise shards); a row-range piece (row-wise shard)
+//!   reads `ceil(bi / W · W · 8)` input bytes. Floating-point operations follow TorchRec's order, so the
+//!   numbers equal TorchRec's to the byte (`tests/fixtures/torchrec/`).
+//!
+//! A piece's layout comes from the plan: a piece holding fewer rows than its table is a row-wise shard,
+//! any other piece (a whole table or a column block) a table- or column-wise shard. (TorchRec can
+//! place a row-wise table whose only non-empty shard holds every row — a one-row table; shardplan's plan
+//! calls that piece unsplit and counts it as table-wise.)
+//!
+//! Arithmetic never wraps: sums are taken in `u128` or checked, and a count past `u64` is
+//! [`Error::ByteOverflow`] naming the value.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::table::{OptimizerState, TableSpec};
+use crate::task::{Devices, Task};
+
+/// TorchRec's `heuristical_storage_reservation_percentage` default.
+pub const DEFAULT_RESERVED_FRACTION: f64 = 0.15;
+/// TorchRec's `BATCH_SIZE`: the default per-rank batch.
+pub const DEFAULT_BATCH_PER_RANK: u64 = 512;
+/// `HeuristicalStorageReservation`'s input-index multiplier: 2 pipelined batches × 10 internal copies.
+pub const DEFAULT_KJT_COPIES: u64 = 20;
+/// TorchRec's `BIGINT_DTYPE`: bytes per input index (int64).
+pub const INDEX_BYTES: u64 = 8;
+
+/// The parameters of TorchRec's memory accounting ([`MemoryRule::TorchRec`]); defaults are TorchRec's.
+/// Build it with [`TorchRecMemory::new`]: every instance is valid.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TorchRecMemory {
+    reserved_fraction: f64,
+    dense_bytes: u64,
+    batch_per_rank: u64,
+    kjt_copies: u64,
+}
+
+impl Default for TorchRecMemory {
+    fn default() -> Self {
+        Self {
+            reserved_fraction: DEFAULT_RESERVED_FRACTION,
+            dense_bytes: 0,
+            batch_per_rank: DEFAULT_BATCH_PER_RANK,
+            kjt_copies: DEFAULT_KJT_COPIES,
+        }
+    }
+}
+
+impl TorchRecMemory {
+    /// Validates the parameters: `reserved_fraction` in `[0, 1)` (share of every cap kept back),
+    /// `dense_bytes` reserved per device for dense parameters (TorchRec: 6 × the non-embedding parameter
+    /// bytes; 0 for a bare `EmbeddingBagCollection`), `batch_per_rank` ≥ 1 (samples per device and step),
+    /// `kjt_copies` copies of a batch's input indices kept per device.
+    pub fn new(reserved_fraction: f64, dense_bytes: u64, batch_per_rank: u64, kjt_copies: u64) -> Result<Self> {
+        let ctx = "torchrec memory rule";
+        if !reserved_fraction.is_finite() || !(0.0..1.0).contains(&reserved_fraction) {
+            return Err(Error::field(ctx, "reserved_fraction", reserved_fraction, "a fraction in [0, 1)"));
+        }
+        if batch_per_rank == 0 {
+            return Err(Error::field(ctx, "batch_per_rank", 0, "at least 1 sample"));
+        }
+        Ok(Self { reserved_fraction, dense_bytes, batch_per_rank, kjt_copies })
+    }
+
+    /// Share of every cap kept back (TorchRec: 0.15).
+    #[must_use]
+    pub fn reserved_fraction(&self) -> f64 {
+        self.reserved_fraction
+    }
+
+    /// Bytes reserved per device for dense parameters.
+    #[must_use]
+    pub fn dense_bytes(&self) -> u64 {
+        self.dense_bytes
+    }
+
+    /// Samples per device and step (TorchRec's `BATCH_SIZE`, 512).
+    #[must_use]
+    pub fn batch_per_rank(&self) -> u64 {
+        self.batch_per_rank
+    }
+
+    /// Copies of a batch's input indices reserved per device (20).
+    #[must_use]
+    pub fn kjt_copies(&self) -> u64 {
+        self.kjt_copies
+    }
+
+    /// `(bi, bo)`: a table's lookups and pooled outputs per rank and step, as TorchRec computes them
+    /// (`input_lengths = [pf]`, `num_poolings = [1.0]`, `batch_sizes = [B]`).
+    #[must_use]
+    pub fn batch_lookups(&self, table: &TableSpec) -> (f64, f64) {
+        let b = self.batch_per_rank as f64;
+        (table.pooling_factor * 1.0 * b, table.pooling_factor.min(1.0) * 1.0 * b)
+    }
+
+    /// Bytes of the input indices every device keeps for the task's tables: `ceil(Σ pf · B · 8) · kjt_copies`.
+    pub fn kjt_bytes(&self, tables: &[TableSpec]) -> Result<u64> {
+        let b = self.batch_per_rank as f64;
+        let inputs = tables.iter().fold(0.0, |acc, t| acc + t.pooling_factor * b);
+        let one = ceil_bytes("the input indices of one batch", inputs * INDEX_BYTES as f64)?;
+        one.checked_mul(self.kjt_copies).ok_or_else(|| Error::ByteOverflow {
+            context: format!("{} copies of the input indices of one batch", self.kjt_copies),
+            value_bytes: (u128::from(one) * u128::from(self.kjt_copies)).to_string(),
+        })
+    }
+
+    /// A device of `cap_bytes` after the reservation (`HeuristicalStorageReservation.reserve`), given the
+    /// task's [`TorchRecMemory::kjt_bytes`].
+    pub fn device(&self, cap_bytes: u64, kjt_bytes: u64) -> Result<DeviceMemory> {
+        // TorchRec's `int((1 - percentage) * hbm)`; the float may round above a cap near 2^64.
+        let kept = (((1.0 - self.reserved_fraction) * cap_bytes as f64) as u64).min(cap_bytes);
+        let reserved = u128::from(cap_bytes - kept) + u128::from(self.dense_bytes) + u128::from(kjt_bytes);
+        let reserved_bytes = u64::try_from(reserved).map_err(|_| Error::ByteOverflow {
+            context: "the torchrec rule's reservation of one device".into(),
+            value_bytes: reserved.to_string(),
+        })?;
+        Ok(DeviceMemory { cap_bytes, reserved_bytes, usable_bytes: cap_bytes.saturating_sub(reserved_bytes) })
+    }
+
+    /// What a reservation is made of, for messages.
+    fn reservation_parts(&self, kjt_bytes: u64) -> String {
+        format!(
+            "{}% of the cap, {} bytes of dense parameters, {kjt_bytes} bytes of input indices ({} copies of a {}-sample batch)",
+            self.reserved_fraction * 100.0,
+            self.dense_bytes,
+            self.kjt_copies,
+            self.batch_per_rank
+        )
+    }
+
+    /// The storage of one shard of `rows × cols` of `table` laid out as `layout` in a world of `world`
+    /// devices (`calculate_shard_storages` for training with the fused kernel, no pipeline).
+    pub fn shard(&self, table: &TableSpec, layout: Layout, rows: u64, cols: u64, world: usize) -> Result<PieceMemory> {
+        let context = || format!("a {rows} x {cols} shard of table `{}`", table.name);
+        let (bi, bo) = self.batch_lookups(table);
+        let w = world as f64;
+        let elem = table.dtype.bytes();
+        let tensor = u128::from(elem) * u128::from(rows) * u128::from(cols);
+        let weights_bytes = u64::try_from(tensor)
+            .map_err(|_| Error::ByteOverflow { context: context(), value_bytes: tensor.to_string() })?;
+        // `_get_optimizer_multipler` on the unsharded tensor's shape: row-wise Adagrad keeps one
+        // element per row in the weights' dtype.
+        let multiplier = match table.optimizer {
+            OptimizerState::None => 0.0,
+            OptimizerState::Adam => 2.0,
+            OptimizerState::RowwiseAdagrad => 1.0 / f64::from(table.dim),
+        };
+        let optimizer_bytes =
+            if multiplier == 0.0 { 0 } else { ceil_bytes(&context(), weights_bytes as f64 * multiplier)? };
+        let (input_bytes, output_bytes) = match layout {
+            // An empty row-wise shard (more ranks than rows) reads and writes nothing.
+            Layout::Rows if rows == 0 || cols == 0 => (0, 0),
+            _ => {
+                let input = match layout {
+                    Layout::Columns => bi * w * INDEX_BYTES as f64,
+                    Layout::Rows => bi / w * w * INDEX_BYTES as f64,
+                };
+                (ceil_bytes(&context(), input)?, ceil_bytes(&context(), bo * w * cols as f64 * elem as f64)?)
+            }
+        };
+        Ok(PieceMemory { weights_bytes, optimizer_bytes, input_bytes, output_bytes })
+    }
+}
+
+impl<'de> Deserialize<'de> for TorchRecMemory {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(default)]
+            reserved_fraction: Option<f64>,
+            #[serde(default)]
+            dense_bytes: Option<u64>,
+            #[serde(default)]
+            batch_per_rank: Option<u64>,
+            #[serde(default)]
+            kjt_copies: Option<u64>,
+        }
+        let r = Raw::deserialize(d)?;
+        let x = Self::default();
+        Self::new(
+            r.reserved_fraction.unwrap_or(x.reserved_fraction),
+            r.dense_bytes.unwrap_or(x.dense_bytes),
+            r.batch_per_rank.unwrap_or(x.batch_per_rank),
+            r.kjt_copies.unwrap_or(x.kjt_copies),
+        )
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a piece is cut, as TorchRec's storage estimator tells shards apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// All rows of some columns: a whole table (table-wise shard) or a column block (column-wise shard).
+    Columns,
+    /// A range of rows of all columns (row-wise shard).
+    Rows,
+}
+
+/// How device memory is counted: what a piece costs and how much of a cap pieces may use.
+///
+/// JSON: `{"rule": "weights"}` or `{"rule": "torchrec", "reserved_fraction": 0.15, "dense_bytes": 0,
+/// "batch_per_rank": 512, "kjt_copies": 20}` (every torchrec field optional, defaults as shown).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[serde(tag = "rule")]
+pub enum MemoryRule {
+    /// The seed papers' rule: weights plus optimizer state against the whole cap.
+    #[default]
+    #[serde(rename = "weights")]
+    Weights,
+    /// TorchRec 1.9.2's reservation and storage estimates (training, fused HBM kernels).
+    #[serde(rename = "torchrec")]
+    TorchRec(TorchRecMemory),
+}
+
+/// Names of the rules, as written in JSON and on command lines.
+pub const RULE_NAMES: [&str; 2] = ["weights", "torchrec"];
+
+impl MemoryRule {
+    /// TorchRec's rule with TorchRec's defaults.
+    #[must_use]
+    pub fn torchrec() -> Self {
+        Self::TorchRec(TorchRecMemory::default())
+    }
+
+    /// A rule from its name (`weights` or `torchrec`) and the torchrec parameters that were given (the
+    /// others take TorchRec's defaults); parameters given with the `weights` rule are refused by name.
+    pub fn from_parts(
+        name: &str,
+        reserved_fraction: Option<f64>,
+        dense_bytes: Option<u64>,
+        batch_per_rank: Option<u64>,
+        kjt_copies: Option<u64>,
+    ) -> Result<Self> {
+        let ctx = "memory rule";
+        match name {
+            "weights" => {
+                let given = [
+                    ("reserved_fraction", reserved_fraction.map(|v| v.to_string())),
+                    ("dense_bytes", dense_bytes.map(|v| v.to_string())),
+                    ("batch_per_rank", batch_per_rank.map(|v| v.to_string())),
+                    ("kjt_copies", kjt_copies.map(|v| v.to_string())),
+                ];
+                match given.into_iter().find_map(|(f, v)| v.map(|v| (f, v))) {
+                    Some((field, value)) => Err(Error::field(
+                        ctx,
+                        field,
+                        value,
+                        "absent: the weights rule reserves nothing (use the torchrec rule)",
+                    )),
+                    None => Ok(Self::Weights),
+                }
+            }
+            "torchrec" => {
+                let d = TorchRecMemory::default();
+                Ok(Self::TorchRec(TorchRecMemory::new(
+                    reserved_fraction.unwrap_or(d.reserved_fraction),
+                    dense_bytes.unwrap_or(d.dense_bytes),
+                    batch_per_rank.unwrap_or(d.batch_per_rank),
+                    kjt_copies.unwrap_or(d.kjt_copies),
+                )?))
+            }
+            _ => Err(Error::field(ctx, "rule", format!("{name:?}"), format!("one of {}", RULE_NAMES.join(", ")))),
+        }
+    }
+
+    /// The rule's name (`weights`, `torchrec`).
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Weights => "weights",
+            Self::TorchRec(_) => "torchrec",
+        }
+    }
+
+    /// One line naming the rule and its parameters.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Weights => "weights (weights + optimizer state against the whole cap; the seed papers' rule)".into(),
+            Self::TorchRec(m) => format!(
+                "torchrec ({}% of every cap reserved, {} dense bytes, input indices of a {}-sample batch x {}, input/output buffers per piece; TorchRec 1.9.2)",
+                m.reserved_fraction * 100.0,
+                m.dense_bytes,
+                m.batch_per_rank,
+                m.kjt_copies
+            ),
+        }
+    }
+
+    /// The memory of a piece of `rows` rows and `dim` columns of `table` in a world of `world` devices
+    /// (a piece with fewer rows than its table is a row-range piece).
+    pub fn piece(&self, table: &TableSpec, rows: u64, dim: u32, world: usize) -> Result<PieceMemory> {
+        if rows > table.rows {
+            return Err(Error::field(
+                format!("a piece of table `{}`", table.name),
+                "rows",
+                rows,
+                format!("at most the table's {}", table.rows),
+            ));
+        }
+        if dim > table.dim {
+            return Err(Error::field(
+                format!("a piece of table `{}`", table.name),
+                "dim",
+                dim,
+                format!("at most the table's {}", table.dim),
+            ));
+        }
+        match self {
+            // Within the table's bounds (rows ≤ 2^40, dim ≤ 2^16) neither term can overflow.
+            Self::Weights => Ok(PieceMemory {
+                weights_bytes: rows * u64::from(dim) * table.dtype.bytes(),
+                optimizer_bytes: table.optimizer.state_bytes(rows, dim),
+                input_bytes: 0,
+                output_bytes: 0,
+            }),
+            Self::TorchRec(m) => {
+                let layout = if rows < table.rows { Layout::Rows } else { Layout::Columns };
+                m.shard(table, layout, rows, u64::from(dim), world)
+            }
+        }
+    }
+
+    /// Every device after the rule's reservation. A reservation larger than a cap is reported (see
+    /// [`DeviceMemory::reservation_fits`]), not refused: [`MemoryRule::usable_bytes`] refuses it.
+    pub fn devices(&self, tables: &[TableSpec], devices: &Devices) -> Result<Vec<DeviceMemory>> {
+        let caps = devices.mem_cap_bytes();
+        match self {
+            Self::Weights => {
+                Ok(caps.iter().map(|&c| DeviceMemory { cap_bytes: c, reserved_bytes: 0, usable_bytes: c }).collect())
+            }
+            Self::TorchRec(m) => {
+                let kjt = m.kjt_bytes(tables)?;
+                caps.iter().map(|&c| m.device(c, kjt)).collect()
+            }
+        }
+    }
+
+    /// Bytes pieces may use on every device; [`Error::ReservationExceedsCap`] when the reservation alone
+    /// exceeds a device's cap.
+    pub fn usable_bytes(&self, tables: &[TableSpec], devices: &Devices) -> Result<Vec<u64>> {
+        let memory = self.devices(tables, devices)?;
+        if let Some((device, d)) = memory.iter().enumerate().find(|(_, d)| !d.reservation_fits()) {
+            let why = match self {
+                Self::Weights => String::new(),
+                Self::TorchRec(m) => m.reservation_parts(m.kjt_bytes(tables)?),
+            };
+            return Err(Error::ReservationExceedsCap {
+                device,
+                rule: self.name().into(),
+                reserved_bytes: d.reserved_bytes,
+                cap_bytes: d.cap_bytes,
+                why,
+            });
+        }
+        Ok(memory.iter().map(|d| d.usable_bytes).collect())
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryRule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            rule: String,
+            #[serde(default)]
+            reserved_fraction: Option<f64>,
+            #[serde(default)]
+            dense_bytes: Option<u64>,
+            #[serde(default)]
+            batch_per_rank: Option<u64>,
+            #[serde(default)]
+            kjt_copies: Option<u64>,
+        }
+        let r = Raw::deserialize(d)?;
+        Self::from_parts(&r.rule, r.reserved_fraction, r.dense_bytes, r.batch_per_rank, r.kjt_copies)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The bytes one piece takes, term by term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PieceMemory {
+    /// Its weights.
+    pub weights_bytes: u64,
+    /// Its optimizer state.
+    pub optimizer_bytes: u64,
+    /// Input buffers (the indices of its lookups).
+    pub input_bytes: u64,
+    /// Output buffers (its pooled outputs).
+    pub output_bytes: u64,
+}
+
+impl PieceMemory {
+    /// The sum of the terms; [`Error::ByteOverflow`] past `u64`.
+    pub fn total_bytes(&self) -> Result<u64> {
+        let sum = u128::from(self.weights_bytes)
+            + u128::from(self.optimizer_bytes)
+            + u128::from(self.input_bytes)
+            + u128::from(self.output_bytes);
+        u64::try_from(sum).map_err(|_| Error::ByteOverflow {
+            context: "the memory of one piece".into(),
+            value_bytes: sum.to_string(),
+        })
+    }
+
+    /// Input plus output buffers.
+    #[must_use]
+    pub fn buffer_bytes(&self) -> u128 {
+        u128::from(self.input_bytes) + u128::from(self.output_bytes)
+    }
+}
+
+/// One device under a rule: its cap, what the rule reserves on it and what is left for pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    /// The cap.
+    pub cap_bytes: u64,
+    /// Bytes the rule keeps back (may exceed the cap: see [`DeviceMemory::reservation_fits`]).
+    pub reserved_bytes: u64,
+    /// Bytes pieces may use: `cap − reserved`, 0 when the reservation exceeds the cap.
+    pub usable_bytes: u64,
+}
+
+impl DeviceMemory {
+    /// Whether the reservation leaves anything of the cap (it is at most the cap).
+    #[must_use]
+    pub fn reservation_fits(&self) -> bool {
+        self.reserved_bytes <= self.cap_bytes
+    }
+}
+
+/// A device's memory in a report: the terms of its pieces, the reservation and what is usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeviceMemoryReport {
+    /// Weights of its pieces.
+    pub weights_bytes: u64,
+    /// Optimizer state of its pieces.
+    pub optimizer_bytes: u64,
+    /// Input and output buffers of its pieces.
+    pub buffer_bytes: u64,
+    /// Bytes the rule reserves on it.
+    pub reserved_bytes: u64,
+    /// Bytes its pieces may use (cap − reserved; 0 when the reservation exceeds the cap).
+    pub usable_bytes: u64,
+}
+
+impl DeviceMemoryReport {
+    /// The weights rule's breakdown of a device of `cap_bytes` holding `tables` whole (each table standing
+    /// for one piece), for reports built outside [`crate::evaluate`], such as measurements (sums
+    /// saturate at `u64::MAX`).
+    #[must_use]
+    pub fn weights_rule(tables: &[TableSpec], cap_bytes: u64) -> Self {
+        let mut out = Self { usable_bytes: cap_bytes, ..Self::default() };
+        for t in tables {
+            out.weights_bytes = out.weights_bytes.saturating_add(t.rows * u64::from(t.dim) * t.dtype.bytes());
+            out.optimizer_bytes = out.optimizer_bytes.saturating_add(t.optimizer.state_bytes(t.rows, t.dim));
+        }
+        out
+    }
+
+    /// Weights + optimizer state + buffers: the bytes counted against [`DeviceMemoryReport::usable_bytes`].
+    pub fn placed_bytes(&self) -> Result<u64> {
+        let sum = u128::from(self.weights_bytes) + u128::from(self.optimizer_bytes) + u128::from(self.buffer_bytes);
+        u64::try_from(sum).map_err(|_| Error::ByteOverflow {
+            context: "the pieces of one device".into(),
+            value_bytes: sum.to_string(),
+        })
+    }
+}
+
+/// Every device's memory under `task`'s rule with `plan`'s pieces on it. Refuses nothing but byte
+/// counts past `u64` ([`Error::ByteOverflow`] naming the device); whether the plan fits is for the
+/// caller to compare (`placed_bytes` against `usable_bytes`, and the reservation against the cap).
+pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceMemoryReport)>> {
+    let devices = task.device_memory()?;
+    let mut sums = vec![[0u128; 3]; devices.len()];
+    for p in plan.pieces() {
+        let table = task.tables.get(p.table_id).ok_or_else(|| {
+            Error::InvalidPlan(format!(
+                "piece names table_id {} but the task has {} tables",
+                p.table_id,
+                task.tables.len()
+            ))
+        })?;
+        let m = task.block_memory(table, p.row_count(table.rows), p.dim)?;
+        let Some(s) = sums.get_mut(p.device) else {
+            return Err(Error::InvalidPlan(format!(
+                "a piece of table `{}` is on device {} but the task has {} devices",
+                table.name,
+                p.device,
+                devices.len()
+            )));
+        };
+        s[0] += u128::from(m.weights_bytes);
+        s[1] += u128::from(m.optimizer_bytes);
+        s[2] += m.buffer_bytes();
+    }
+    devices
+        .into_iter()
+        .zip(sums)
+        .enumerate()
+        .map(|(d, (dm, [w, o, b]))| {
+            let narrow = |what: &str, v: u128| {
+                u64::try_from(v).map_err(|_| Error::ByteOverflow {
+                    context: format!("the {what} of the pieces on device {d}"),
+                    value_bytes: v.to_string(),
+                })
+            };
+            let report = DeviceMemoryReport {
+                weights_bytes: narrow("weights", w)?,
+                optimizer_bytes: narrow("optimizer state", o)?,
+                buffer_bytes: narrow("buffers", b)?,
+                reserved_bytes: dm.reserved_bytes,
+                usable_bytes: dm.usable_bytes,
+            };
+            narrow("weights, optimizer state and buffers", w + o + b)?;
+            Ok((dm, report))
+        })
+        .collect()
+}
+
+/// Whether `need_bytes` more fit on a device holding `used_bytes` of `usable_bytes` (no overflow).
+#[must_use]
+pub fn fits(used_bytes: u64, need_bytes: u64, usable_bytes: u64) -> bool {
+    used_bytes.checked_add(need_bytes).is_some_and(|b| b <= usable_bytes)
+}
+
+/// `ceil` of a non-negative byte count computed in floating point (TorchRec's `math.ceil`), refusing
+/// what `u64` cannot hold.
+fn ceil_bytes(context: &str, x: f64) -> Result<u64> {
+    // 2^64 as a float: every finite value below it converts exactly after `ceil`.
+    const LIMIT: f64 = 18_446_744_073_709_551_616.0;
+    let c = x.ceil();
+    if !c.is_finite() || c >= LIMIT {
+        return Err(Error::ByteOverflow { context: context.into(), value_bytes: format!("{c:e}") });
+    }
+    Ok(c.max(0.0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{ElementType, NUM_BINS};
+
+    fn table(rows: u64, dim: u32, pf: f64, dtype: ElementType, optimizer: OptimizerState) -> TableSpec {
+        let mut bins = [0.0; NUM_BINS];
+        bins[0] = 1.0;
+        TableSpec::new("test", "t".into(), rows, dim, pf, bins, dtype, optimizer).unwrap()
+    }
+
+    /// Checks that `result` is refused with a message naming every one of `needles`.
+    fn check_refused<T: std::fmt::Debug>(result: Result<T>, needles: &[&str]) {
+        let e = result.unwrap_err().to_string();
+        for n in needles {
+            assert!(e.contains(n), "`{e}` lacks `{n}`");
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field_and_value() {
+        // Why each case exists: every refusal of the torchrec parameters, and of the rule's JSON.
+        check_refused(TorchRecMemory::new(1.0, 0, 512, 20), &["`reserved_fraction` = 1", "[0, 1)"]);
+        check_refused(TorchRecMemory::new(-0.1, 0, 512, 20), &["`reserved_fraction` = -0.1"]);
+        check_refused(TorchRecMemory::new(f64::NAN, 0, 512, 20), &["`reserved_fraction` = NaN"]);
+        check_refused(TorchRecMemory::new(0.15, 0, 0, 20), &["`batch_per_rank` = 0", "at least 1"]);
+        check_refused(
+            MemoryRule::from_parts("hbm", None, None, None, None),
+            &["`rule` = \"hbm\"", "weights, torchrec"],
+        );
+        check_refused(MemoryRule::from_parts("weights", Some(0.2), None, None, None), &["`reserved_fraction` = 0.2"]);
+        check_refused(MemoryRule::from_parts("weights", None, None, Some(64), None), &["`batch_per_rank` = 64"]);
+        let json = |s: &str| {
+            serde_json::from_str::<MemoryRule>(s)
+                .map_err(|e| Error::Parse { context: "rule".into(), message: e.to_string() })
+        };
+        check_refused(json(r#"{"rule": "torchrec", "reserved_fraction": 1.5}"#), &["`reserved_fraction` = 1.5"]);
+        check_refused(json(r#"{"rule": "torchrec", "batch": 8}"#), &["batch"]);
+        check_refused(json(r#"{"rule": "weights", "kjt_copies": 2}"#), &["`kjt_copies` = 2"]);
+        check_refused(json(r#"{"reserved_fraction": 0.1}"#), &["rule"]);
+        // Accepted: defaults fill what is absent, and a rule reads back as written.
+        let r = json(r#"{"rule": "torchrec", "batch_per_rank": 1024}"#).unwrap();
+        assert_eq!(r, MemoryRule::TorchRec(TorchRecMemory::new(0.15, 0, 1024, 20).unwrap()));
+        assert_eq!(json(&serde_json::to_string(&r).unwrap()).unwrap(), r);
+        assert_eq!(json(r#"{"rule": "weights"}"#).unwrap(), MemoryRule::Weights);
+        assert_eq!(serde_json::to_string(&MemoryRule::Weights).unwrap(), r#"{"rule":"weights"}"#);
+    }
+
+    #[test]
+    fn weights_rule_is_the_table_size_and_the_whole_cap() {
+        for (dtype, optimizer) in [
+            (ElementType::Fp32, OptimizerState::None),
+            (ElementType::Fp16, OptimizerState::RowwiseAdagrad),
+            (ElementType::Int8, OptimizerState::Adam),
+        ] {
+            let t = table(1000, 64, 2.0, dtype, optimizer);
+            for (rows, dim) in [(1000, 64), (1000, 16), (250, 64)] {
+                let m = MemoryRule::Weights.piece(&t, rows, dim, 4).unwrap();
+                assert_eq!(m.total_bytes().unwrap(), t.block_bytes(rows, dim), "{dtype:?} {optimizer:?}");
+                assert_eq!(m.buffer_bytes(), 0);
+            }
+        }
+        let devices = Devices::new(vec![7, 1 << 40]).unwrap();
+        assert_eq!(MemoryRule::Weights.usable_bytes(&[], &devices).unwrap(), vec![7, 1 << 40]);
+    }
+
+    #[test]
+    fn torchrec_rule_by_hand() {
+        // 1000 x 64 fp32, pf 2, Adam, B = 512, W = 4: bi = 1024, bo = 512.
+        let t = table(1000, 64, 2.0, ElementType::Fp32, OptimizerState::Adam);
+        let rule = MemoryRule::torchrec();
+        let whole = rule.piece(&t, 1000, 64, 4).unwrap();
+        let tensor = 1000 * 64 * 4;
+        let input = 1024 * 4 * 8;
+        assert_eq!(
+            whole,
+            PieceMemory {
+                weights_bytes: tensor,
+                optimizer_bytes: 2 * tensor,
+                input_bytes: input,
+                output_bytes: 512 * 4 * 64 * 4
+            }
+        );
+        // A column half reads every index and writes half the outputs; a row quarter reads a quarter.
+        let half = rule.piece(&t, 1000, 32, 4).unwrap();
+        assert_eq!((half.weights_bytes, half.input_bytes, half.output_bytes), (tensor / 2, input, 512 * 4 * 32 * 4));
+        let quarter = rule.piece(&t, 250, 64, 4).unwrap();
+        assert_eq!((quarter.weights_bytes, quarter.input_bytes), (tensor / 4, 1024 * 8));
+        // Row-wise Adagrad: one element per row in the weights' dtype (TorchRec), not an fp32 one.
+        let ada = table(1000, 64, 2.0, ElementType::Fp16, OptimizerState::RowwiseAdagrad);
+        assert_eq!(rule.piece(&ada, 1000, 64, 4).unwrap().optimizer_bytes, 1000 * 2);
+        // Reservation: int(0.85 · 1e6) − ceil(2 · 512 · 8) · 20 − 1000 dense bytes.
+        let m = TorchRecMemory::new(0.15, 1000, 512, 20).unwrap();
+        let devices = Devices::new(vec![1_000_000, 2_000_000]).unwrap();
+        let usable = MemoryRule::TorchRec(m).usable_bytes(std::slice::from_ref(&t), &devices).unwrap();
+        assert_eq!(usable, vec![850_000 - 163_840 - 1000, 1_700_000 - 163_840 - 1000]);
+        let d = m.device(1_000_000, 163_840).unwrap();
+        assert_eq!(d.reserved_bytes + d.usable_bytes, d.cap_bytes);
+    }
+
+    #[test]
+    fn a_reservation_larger_than_a_cap_is_refused_by_device() {
+        let t = table(10, 4, 100.0, ElementType::Fp32, OptimizerState::None);
+        // kjt = 100 · 512 · 8 · 20 = 8,192,000 bytes: device 1 (8 MB) cannot hold it, device 0 can.
+        let devices = Devices::new(vec![100 << 20, 8_000_000]).unwrap();
+        let rule = MemoryRule::torchrec();
+        let memory = rule.devices(std::slice::from_ref(&t), &devices).unwrap();
+        assert!(memory[0].reservation_fits() && !memory[1].reservation_fits());
+        assert_eq!(memory[1].usable_bytes, 0);
+        let e = rule.usable_bytes(std::slice::from_ref(&t), &devices).unwrap_err();
+        assert!(matches!(e, Error::ReservationExceedsCap { device: 1, cap_bytes: 8_000_000, .. }), "{e}");
+        assert!(e.to_string().contains("8192000 bytes of input indices"), "{e}");
+    }
+
+    #[test]
+    fn counts_past_u64_are_errors_naming_the_value() {
+        // The largest table: 2^40 rows x 2^16 columns, fp32, Adam: 2^58 + 2^59 bytes, still countable.
+        let t = table(1 << 40, 1 << 16, 1.0, ElementType::Fp32, OptimizerState::Adam);
+        for rule in [MemoryRule::Weights, MemoryRule::torchrec()] {
+            let m = rule.piece(&t, 1 << 40, 1 << 16, 2).unwrap();
+            assert_eq!(m.weights_bytes + m.optimizer_bytes, (1 << 58) + (1 << 59));
+        }
+        // A pooling factor that makes the input indices of one batch uncountable.
+        let hot = table(10, 4, 1e300, ElementType::Fp32, OptimizerState::None);
+        let e = MemoryRule::torchrec().piece(&hot, 10, 4, 2).unwrap_err();
+        assert!(matches!(e, Error::ByteOverflow { .. }) && e.to_string().contains("shard of table `t`"), "{e}");
+        let devices = Devices::uniform(2, u64::MAX).unwrap();
+        assert!(matches!(
+            MemoryRule::torchrec().usable_bytes(std::slice::from_ref(&hot), &devices),
+            Err(Error::ByteOverflow { .. })
+        ));
+        // Dense bytes that push the reservation past u64 on a huge cap.
+        let m = TorchRecMemory::new(0.5, u64::MAX, 512, 20).unwrap();
+        assert!(matches!(m.device(u64::MAX, 0), Err(Error::ByteOverflow { .. })));
+        // A cap near 2^64 rounds up as a float; with nothing reserved the whole cap stays usable.
+        let zero = TorchRecMemory::new(0.0, 0, 512, 0).unwrap();
+        assert_eq!(zero.device(u64::MAX - 1, 0).unwrap().usable_bytes, u64::MAX - 1);
+    }
+
+    #[test]
+    fn piece_bounds_are_checked() {
+        let t = table(100, 8, 1.0, ElementType::Fp32, OptimizerState::None);
+        check_refused(MemoryRule::Weights.piece(&t, 101, 8, 2), &["`rows` = 101", "100"]);
+        check_refused(MemoryRule::torchrec().piece(&t, 100, 16, 2), &["`dim` = 16", "8"]);
+    }
+}
