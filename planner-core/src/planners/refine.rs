@@ -1,14 +1,18 @@
 //! Local search after any planner: move a piece to another device, swap two pieces, merge two column
-//! halves of a table back into one piece, or split a piece's columns in half onto another device —
+//! halves of a table back into one piece, split a piece's columns in half onto another device, make a
+//! table (whole or split column-wise) row-wise over every device (TorchRec's row-wise sharding, rows
+//! split as TorchRec splits them: [`super::torchrec::row_split`]), or make a row-wise table whole again
+//! on one device —
 //! accepting a change only when the cost model says the plan gets cheaper and no device goes over
-//! its cap (an overfull input, e.g. from `random`, is first driven towards fitting: fewer bytes over
-//! the caps always wins).
+//! its usable memory (an overfull input, e.g. from `random`, is first driven towards fitting: fewer
+//! bytes over always wins).
 //!
 //! First improvement: each pass visits the neighbourhood in a seeded random order and restarts after
 //! an accepted change; it ends at a local optimum, after `max_passes` accepted changes, after
 //! `max_evaluations` priced neighbours, or when the budget or the progress callback says stop. Only
 //! the two devices a change touches are re-priced, through the same evaluator NeuroShard uses
-//! (vector sums and a set cache). Row-wise pieces may move and swap but are never merged or split.
+//! (vector sums and a set cache). Row-wise pieces are never moved, swapped, merged or split one by one:
+//! a row-wise table keeps one range per device, the layout TorchRec builds.
 
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 
@@ -56,6 +60,10 @@ enum Change {
     Merge(usize, usize, usize),
     /// Split a piece: first half stays, second half goes to the device.
     Split(usize, usize),
+    /// Make a table (whole or split column-wise) row-wise over every device.
+    RowWise(usize),
+    /// Make the row-wise table whole again on the device.
+    Whole(usize, usize),
 }
 
 /// Device sets a change touches, by device, as they would be after it.
@@ -80,7 +88,20 @@ impl State<'_> {
         let n_dev = self.sets.len();
         let n = self.pieces.len();
         let mut out = Vec::new();
+        let mut row_tables: Vec<usize> = Vec::new();
         for (i, p) in self.pieces.iter().enumerate() {
+            if p.rows.is_some() {
+                if !row_tables.contains(&p.table) {
+                    row_tables.push(p.table);
+                    out.extend((0..n_dev).map(|d| Change::Whole(p.table, d)));
+                }
+                continue;
+            }
+            let t = &self.ev.task.tables[p.table];
+            // Once per table, at its first-column piece.
+            if p.off == 0 && n_dev > 1 && t.rows >= 2 {
+                out.push(Change::RowWise(p.table));
+            }
             for d in (0..n_dev).filter(|&d| d != p.device) {
                 out.push(Change::Move(i, d));
                 let t = &self.ev.task.tables[p.table];
@@ -94,7 +115,7 @@ impl State<'_> {
                 }
             }
             for j in i + 1..n {
-                if self.pieces[j].device != p.device {
+                if self.pieces[j].device != p.device && self.pieces[j].rows.is_none() {
                     out.push(Change::Swap(i, j));
                 }
             }
@@ -177,6 +198,41 @@ impl State<'_> {
                 self.ev.add(&mut touched[kd].1, half);
                 pieces[at] = RPiece { dim: p.dim / 2, id: half, ..p };
                 pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: to, id: half, ..p });
+            }
+            Change::RowWise(table) => {
+                for p in pieces.iter().filter(|p| p.table == table) {
+                    let k = set(&mut touched, p.device, &self.sets);
+                    self.ev.remove(&mut touched[k].1, p.id);
+                }
+                pieces.retain(|p| p.table != table);
+                let t = &self.ev.task.tables[table];
+                let (rows, dim) = (t.rows, t.dim);
+                let mut offset = 0;
+                for (d, count) in
+                    super::torchrec::row_split(rows, self.ev.task.devices.mem_cap_bytes()).into_iter().enumerate()
+                {
+                    if count == 0 {
+                        continue;
+                    }
+                    let range = RowRange { offset, count };
+                    offset += count;
+                    let id = self.id(table, dim, Some(range))?;
+                    let k = set(&mut touched, d, &self.sets);
+                    self.ev.add(&mut touched[k].1, id);
+                    pieces.push(RPiece { table, off: 0, dim, rows: Some(range), device: d, id });
+                }
+            }
+            Change::Whole(table, to) => {
+                let dim = self.ev.task.tables[table].dim;
+                for p in pieces.iter().filter(|p| p.table == table) {
+                    let k = set(&mut touched, p.device, &self.sets);
+                    self.ev.remove(&mut touched[k].1, p.id);
+                }
+                pieces.retain(|p| p.table != table);
+                let id = self.id(table, dim, None)?;
+                let k = set(&mut touched, to, &self.sets);
+                self.ev.add(&mut touched[k].1, id);
+                pieces.push(RPiece { table, off: 0, dim, rows: None, device: to, id });
             }
         }
         Ok((pieces, touched))

@@ -248,6 +248,49 @@ fn refine_never_worsens_and_keeps_plans_valid() {
     }
 }
 
+/// One very hot table with a few small ones on 4 devices: under TorchRec's estimator a row-wise split
+/// serves a quarter of the lookups per device, so refinement makes it row-wise in TorchRec's layout
+/// (one range per device, TorchRec's split), and can make it whole again.
+#[test]
+fn refine_makes_a_hot_table_row_wise_in_torchrecs_layout() {
+    let mut tables = vec![table("hot", 400_000, 64, 60.0)];
+    tables.extend((0..3).map(|i| table(&format!("small{i}"), 1000, 16, 1.0)));
+    let task = Task::new(tables, Devices::uniform(4, 1 << 30).unwrap()).unwrap();
+    let model = AnalyticalModel::default();
+    let ctx = PlanContext::new(&model, 0);
+    let plan = Plan::unsplit(&task, &[0, 1, 2, 3]).unwrap();
+    let (refined, _) = refine(&task, &plan, &ctx, &RefineConfig::default()).unwrap();
+    check_plan(&task, &refined, &model, false);
+    let rows: Vec<_> = refined.pieces().iter().filter(|p| p.table_id == 0).collect();
+    assert_eq!(rows.len(), 4, "{:?}", refined.pieces());
+    let split = planner_core::planners::torchrec::row_split(400_000, task.devices.mem_cap_bytes());
+    for (d, p) in rows.iter().enumerate() {
+        let r = p.rows.expect("a row range");
+        assert_eq!((p.device, r.count), (d, split[d]));
+    }
+    assert!(cost(&task, &refined, &model) < cost(&task, &plan, &model));
+    // From the row-wise plan, on a model that charges each piece for the whole table, refinement
+    // makes the table whole again.
+    struct Whole(AnalyticalModel);
+    impl CostModel for Whole {
+        fn name(&self) -> String {
+            "whole".into()
+        }
+        fn compute_ms(&self, set: &[PieceRef<'_>]) -> planner_core::Result<f64> {
+            self.0.compute_ms(&set.iter().map(|p| PieceRef::whole(p.table, p.dim)).collect::<Vec<_>>())
+        }
+        fn bw_comm_ms(&self, dims: &[f64]) -> planner_core::Result<Vec<f64>> {
+            self.0.bw_comm_ms(dims)
+        }
+        fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> planner_core::Result<Vec<f64>> {
+            self.0.fw_comm_ms(dims, delays_ms)
+        }
+    }
+    let whole = Whole(AnalyticalModel::default());
+    let (back, _) = refine(&task, &refined, &PlanContext::new(&whole, 0), &RefineConfig::default()).unwrap();
+    assert!(back.pieces().iter().all(|p| p.rows.is_none()), "{:?}", back.pieces());
+}
+
 /// Every registry planner's plan on `task`, with the fast configs where the registry's would be slow.
 fn all_plans(task: &Task, model: &dyn CostModel) -> Vec<(String, Plan)> {
     let ctx = PlanContext::new(model, 0);

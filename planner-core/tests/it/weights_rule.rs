@@ -112,6 +112,13 @@ fn reproduces_the_plans_and_bytes_made_before_memory_rules() {
     for (a, b) in ours.iter().zip(&recorded) {
         let ctx = format!("{} / {}", b.task, b.planner);
         assert_eq!((&a.task, &a.planner), (&b.task, &b.planner), "{ctx}");
+        // The refinement gained moves after the fixture was recorded (a table made row-wise over every
+        // device, or whole again), so its search now reaches other plans: its plans are checked for what
+        // this file is about, fitting by the weights rule, not for equality.
+        if b.planner.ends_with("+refine") {
+            assert!(a.feasible && a.violations.is_empty(), "{ctx}: a refined plan fits");
+            continue;
+        }
         assert_eq!(a.pieces, b.pieces, "{ctx}: pieces");
         assert_eq!(a.device_bytes, b.device_bytes, "{ctx}: bytes per device");
         assert_eq!((a.feasible, &a.violations), (b.feasible, &b.violations), "{ctx}: feasibility");
