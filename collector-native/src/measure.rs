@@ -408,7 +408,9 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             violations,
             devices,
         };
-        print_comparison(path, &doc.report, &measured, &round_costs);
+        if !quiet {
+            print_comparison(path, &doc.report, &measured, &round_costs);
+        }
         out.push(MeasuredPlan {
             plan: path.clone(),
             planner: doc.planner.clone(),

@@ -273,6 +273,10 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
             write_atomic(&requests, text.as_bytes())
         })?;
         stage(&mut state, &format!("round {round}: measure"), &mut || {
+            if std::fs::read_to_string(&requests)?.trim().is_empty() {
+                eprintln!("calibrate: round {round} has no new set to measure");
+                return Ok(());
+            }
             let mut c = opts.collector();
             c.args(["sets", "--resume", "--batch-size", &opts.batch.to_string(), "--requests"])
                 .arg(&requests)
@@ -296,6 +300,7 @@ fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
         members: opts.members,
         loss: opts.loss,
         coverage: 0.9,
+        log_features: true,
         resume: true,
         command: format!("{} (round {round})", opts.command),
     };

@@ -10,7 +10,13 @@ use planner_core::TableSpec;
 use planner_core::cost::PieceRef;
 use planner_core::cost::neural::piece_raw;
 use planner_core::dataset::{CostRecord, HardwarePolicy, Measurement, parse_dataset};
-use planner_core::features::neuroshard_pool_normalisation;
+use planner_core::features::{Normalisation, neuroshard_pool_normalisation, neuroshard_pool_normalisation_logged};
+
+/// The compute features' normalisation: the pool's statistics, with pooling factor and rows logged
+/// when `logged` (the default for new profiles), or NeuroShard's plain z-score.
+pub fn normalisation(logged: bool) -> Result<&'static Normalisation> {
+    Ok(if logged { neuroshard_pool_normalisation_logged()? } else { neuroshard_pool_normalisation()? })
+}
 use sha2::{Digest, Sha256};
 
 /// One compute measurement: a set of pieces and its fused forward + backward time.
@@ -74,12 +80,12 @@ pub fn read_text(path: &Path) -> Result<String> {
     }
 }
 
-/// Loads and validates datasets; all records must come from one hardware fingerprint.
-pub fn load(paths: &[PathBuf]) -> Result<Loaded> {
+/// Loads and validates datasets; all records must come from one hardware fingerprint. Features are
+/// normalised with `norm` (see [`normalisation`]).
+pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
     if paths.is_empty() {
         bail!("no dataset given");
     }
-    let norm = neuroshard_pool_normalisation()?;
     let mut hasher = Sha256::new();
     let mut records: Vec<CostRecord> = Vec::new();
     for p in paths {

@@ -31,7 +31,7 @@ use planner_core::cost::card::{
     CARD_SCHEMA, CommCard, ComputeCard, DatasetInfo, IntervalCard, MemberFiles, ModelCard, SplitMetrics,
 };
 use planner_core::cost::{AnalyticalModel, CostModel, NeuralModel};
-use planner_core::features::{FeatureSchema, neuroshard_pool_normalisation};
+use planner_core::features::FeatureSchema;
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 use crate::data::{ComputeSample, Loaded, table_identity};
@@ -57,6 +57,8 @@ pub struct ProfileOptions {
     pub loss: Loss,
     /// Share of held-out samples the prediction interval is calibrated to cover.
     pub coverage: f64,
+    /// Take pooling factor and rows as `ln(1 + x)` before the z-score (`false`: NeuroShard's scheme).
+    pub log_features: bool,
     /// Resume from checkpoints in `out/checkpoints`.
     pub resume: bool,
     /// The command line, recorded in the card.
@@ -174,7 +176,8 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     if !(opts.coverage > 0.0 && opts.coverage < 1.0) {
         bail!("`--coverage` = {} is invalid: a share in (0, 1)", opts.coverage);
     }
-    let data: Loaded = data::load(&opts.datasets)?;
+    let norm = data::normalisation(opts.log_features)?;
+    let data: Loaded = data::load(&opts.datasets, norm)?;
     if data.compute.len() < 10 {
         bail!(
             "{} compute samples in {:?}: at least 10 are needed for an 80/10/10 split",
@@ -245,7 +248,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
 
     // Unseen tables: a dataset measured on tables the training data never contains.
     if !opts.unseen.is_empty() {
-        let unseen = data::load(&opts.unseen)?;
+        let unseen = data::load(&opts.unseen, norm)?;
         if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
             bail!("the unseen-table dataset was measured on other hardware than the training data");
         }
@@ -276,14 +279,16 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             analytical_predictions(&unseen_samples, unseen.batch_size)?.iter().map(|x| x * scale).collect();
         compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
     }
-    finish_profile(opts, &nets, &data, compute_metrics, interval, &pred, &all)
+    finish_profile(opts, &nets, &data, norm, compute_metrics, interval, &pred, &all)
 }
 
 /// Trains comm models, writes every graph and the card, then reloads and checks the profile.
+#[allow(clippy::too_many_arguments)]
 fn finish_profile(
     opts: &ProfileOptions,
     nets: &[net::ComputeNet],
     data: &Loaded,
+    norm: &planner_core::features::Normalisation,
     compute_metrics: BTreeMap<String, SplitMetrics>,
     interval: Option<IntervalCard>,
     pred: &[f64],
@@ -352,7 +357,7 @@ fn finish_profile(
         compute: ComputeCard {
             feature_schema: FeatureSchema::NeuroShard20,
             feature_names: FeatureSchema::NeuroShard20.names(),
-            normalisation: neuroshard_pool_normalisation()?.clone(),
+            normalisation: norm.clone(),
             encoder_file: "compute_encoder.onnx".into(),
             head_file: "compute_head.onnx".into(),
             end_to_end_file: "compute_end_to_end.onnx".into(),

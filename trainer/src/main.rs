@@ -56,6 +56,10 @@ enum Command {
         /// Share of held-out samples the prediction interval is calibrated to cover.
         #[arg(long, default_value_t = 0.9)]
         coverage: f64,
+        /// NeuroShard's own feature scheme (every feature z-scored raw) instead of pooling factor and
+        /// rows taken as ln(1 + x) first.
+        #[arg(long)]
+        plain_features: bool,
         /// Continue from the checkpoints in OUT/checkpoints.
         #[arg(long)]
         resume: bool,
@@ -518,7 +522,7 @@ fn autoshard(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, resume, quiet) =
+    let (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, plain_features, resume, quiet) =
         match cli.command {
             Command::Profile {
                 name,
@@ -532,9 +536,25 @@ fn main() -> ExitCode {
                 members,
                 loss,
                 coverage,
+                plain_features,
                 resume,
                 quiet,
-            } => (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, resume, quiet),
+            } => (
+                name,
+                datasets,
+                unseen,
+                out,
+                epochs,
+                batch,
+                lr,
+                seed,
+                members,
+                loss,
+                coverage,
+                plain_features,
+                resume,
+                quiet,
+            ),
             Command::Bench { profile, sets } => return bench(&profile, sets),
             Command::Dreamshard(args) => return dreamshard_cmd(&args),
             Command::Calibrate(args) => return calibrate_cmd(&args),
@@ -565,6 +585,7 @@ fn main() -> ExitCode {
         members,
         loss,
         coverage,
+        log_features: !plain_features,
         resume,
         command,
     };

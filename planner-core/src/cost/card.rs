@@ -217,14 +217,16 @@ impl ModelCard {
 fn check_norm(model: &str, what: &str, n: &Normalisation) -> Result<()> {
     let ok = n.mean.len() == n.std.len()
         && n.mean.iter().all(|m| m.is_finite())
-        && n.std.iter().all(|s| s.is_finite() && *s > 0.0);
+        && n.std.iter().all(|s| s.is_finite() && *s > 0.0)
+        && n.log1p.iter().all(|&j| j < n.mean.len());
     if ok {
         Ok(())
     } else {
         Err(Error::ModelSchemaMismatch {
             model: model.into(),
             what: what.into(),
-            expected: "finite means and positive standard deviations of equal length".into(),
+            expected: "finite means and positive standard deviations of equal length, logged features among them"
+                .into(),
             found: format!("{} means, {} stds", n.mean.len(), n.std.len()),
         })
     }

@@ -87,6 +87,7 @@ fn options(dir: &std::path::Path, data: PathBuf, epochs: usize) -> ProfileOption
         members: 1,
         loss: trainer::models::Loss::Mse,
         coverage: 0.9,
+        log_features: false,
         resume: false,
         command: "test".into(),
     }
@@ -285,6 +286,7 @@ fn an_ensemble_gives_calibrated_intervals() {
     let mut opts = options(&dir, data, 40);
     opts.members = 3;
     opts.loss = trainer::models::Loss::Relative;
+    opts.log_features = true;
     let outcome = train_profile(&opts).unwrap();
     let card = &outcome.card.compute;
     assert_eq!(card.ensemble.len(), 2, "two members beyond the first");
