@@ -48,6 +48,16 @@ pub trait Backend {
     fn renew_memory(&mut self) {}
 }
 
+/// A directory for what the collector keeps across runs (compiled kernels, the machine's reference
+/// speed): `$XDG_CACHE_HOME/shardplan/<sub>` or `~/.cache/shardplan/<sub>`.
+#[must_use]
+pub fn cache_dir(sub: &str) -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    Some(base.join("shardplan").join(sub))
+}
+
 /// Refuses what the kernels cannot run, naming the table and the field: only fp32 weights.
 pub fn check_fp32(tables: &[TableSpec]) -> Result<()> {
     if let Some(t) = tables.iter().find(|t| t.dtype != ElementType::Fp32) {

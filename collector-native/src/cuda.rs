@@ -61,10 +61,7 @@ fn nccl_present() -> bool {
 
 /// Where compiled PTX is cached across runs: `$XDG_CACHE_HOME/shardplan/ptx` or `~/.cache/shardplan/ptx`.
 fn ptx_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("shardplan").join("ptx"))
+    crate::backend::cache_dir("ptx")
 }
 
 /// Compiles `src` for compute capability `cc` with NVRTC, or loads it from the cache keyed by

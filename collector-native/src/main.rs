@@ -73,14 +73,14 @@ pub struct Cli {
     /// Record measurements even while other processes run (turns the contention guard off).
     #[arg(long, global = true)]
     no_guard: bool,
-    /// Measurements of one sample the contention guard may throw away (pausing 1, 2, 4, … s between
+    /// Measurements of one sample the contention guard may throw away (pausing 1, 2, 4, … 30 s between
     /// tries) before the run stops.
-    #[arg(long, global = true, default_value_t = 6)]
+    #[arg(long, global = true, default_value_t = 12)]
     guard_retries: u32,
     /// Largest share of the machine's CPU time other processes may use while a sample is timed, percent.
     #[arg(long, global = true, default_value_t = 10.0)]
     guard_max_busy_pct: f64,
-    /// Largest reference-kernel time after a sample over its baseline.
+    /// Largest reference-kernel time after a sample over its baseline (taken when the run starts).
     #[arg(long, global = true, default_value_t = 1.35)]
     guard_max_reference_ratio: f64,
     #[command(subcommand)]
@@ -401,6 +401,10 @@ fn compute_record(
     r
 }
 
+/// Samples measured on one weight memory before it is renewed (`Backend::renew_memory`), so that a
+/// dataset averages over memory layouts instead of carrying one layout's luck in every sample.
+const SAMPLES_PER_MEMORY: u64 = 16;
+
 /// Times one prepared set on device 0 under the guard.
 fn time_pieces(
     backend: &mut dyn Backend,
@@ -410,6 +414,9 @@ fn time_pieces(
     bags: Vec<workload::Bags>,
     timing: Timing,
 ) -> Result<(cpu::ComputeTimes, planner_core::dataset::Conditions)> {
+    if g > 0 && g.is_multiple_of(SAMPLES_PER_MEMORY) {
+        backend.renew_memory();
+    }
     let tables: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
     check_fits(backend, 0, &tables)?;
     guard.measure(backend, &format!("sample {g}"), true, |b| b.compute(0, &tables, bags.clone(), 0, timing))

@@ -272,6 +272,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     let mut cache = BagCache::default();
     let mut rng = ChaCha8Rng::seed_from_u64(task_seed(args.seed, 0x4A55));
     let total_sets = sets.len() * rounds;
+    let mut references = Vec::new();
     let mut done = 0usize;
     for round in 0..rounds {
         if round > 0 {
@@ -281,7 +282,8 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         order.shuffle(&mut rng);
         for &s in &order {
             let what = format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
-            let (t, _, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
+            let (t, c, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
+            references.extend(c.reference_ms);
             set_times[s].push(t);
             done += 1;
             if !quiet {
@@ -429,6 +431,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         protocol: Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush() },
         rounds: args.rounds,
         comm: if args.comm_from_plan { "modelled: taken from each plan's report".into() } else { "measured".into() },
+        reference_ms: (!references.is_empty()).then(|| median(&references)),
         plans: out,
     };
     let text = serde_json::to_string_pretty(&report)? + "\n";

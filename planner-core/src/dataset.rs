@@ -244,8 +244,12 @@ pub struct Conditions {
     pub other_busy_pct: f64,
     /// Share of the machine's CPU time stolen by the hypervisor, percent.
     pub steal_pct: f64,
-    /// Median time of the reference kernel right after the sample over its baseline (1 = undisturbed).
+    /// Median time of the reference kernel right after the sample over its baseline, taken when the run
+    /// started (1 = undisturbed).
     pub reference_ratio: f64,
+    /// That reading itself, ms (absent where no reference kernel ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_ms: Option<f64>,
     /// Measurements of this sample thrown away as disturbed before this one was kept.
     pub retries: u32,
 }

@@ -71,6 +71,10 @@ pub struct MeasuredPlans {
     pub rounds: u32,
     /// `measured`, or where comm times came from when they were not measured.
     pub comm: String,
+    /// Median time of the collector's reference kernel over the readings taken after every set timing of
+    /// the run, ms: how fast the machine was while it measured (absent without the contention guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_ms: Option<f64>,
     /// One entry per plan, in the order given.
     pub plans: Vec<MeasuredPlan>,
 }
@@ -98,6 +102,16 @@ pub struct MeasuredPlan {
 }
 
 impl MeasuredPlans {
+    /// The multiplier that expresses these measurements at `model`'s reference speed: the model's
+    /// reference-kernel time over this run's, when the model was trained on speed-normalised data from
+    /// the same hardware and the run recorded readings.
+    #[must_use]
+    pub fn speed_factor(&self, model: &dyn crate::cost::CostModel) -> Option<f64> {
+        let (fingerprint, reference_ms) = model.reference_speed()?;
+        let run = self.reference_ms.filter(|r| r.is_finite() && *r > 0.0)?;
+        (fingerprint == self.hardware.fingerprint).then(|| reference_ms / run)
+    }
+
     /// Parses a measured-plans document, checking its schema tag.
     pub fn from_json(text: &str) -> Result<Self> {
         let doc: Self = serde_json::from_str(text)

@@ -124,6 +124,23 @@ pub struct JudgedTask {
     pub task: String,
     /// One plan per planner that returned a plan fitting memory.
     pub plans: Vec<JudgedPlan>,
+    /// Multiplier that expresses this task's measured times at the cost model's reference speed: the
+    /// model's reference-kernel time over the reading during the measurement (`None`: not known).
+    #[serde(default)]
+    pub speed_factor: Option<f64>,
+}
+
+/// How close predictions are to measurements over a set of plans.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Mean |predicted − measured| / measured over all plans, %.
+    pub plan_mape_pct: Option<f64>,
+    /// Mean (predicted − measured) / measured over all plans, % (negative: the model is optimistic).
+    pub plan_bias_pct: Option<f64>,
+    /// Mean |predicted − measured| / measured of every non-empty device's total over all plans, %.
+    pub device_mape_pct: Option<f64>,
+    /// Share of plans whose measured cost lies inside the predicted interval (when the model gives one).
+    pub interval_coverage: Option<f64>,
 }
 
 /// One planner over the measured tasks of a cell.
@@ -154,14 +171,11 @@ pub struct JudgeSummary {
     pub kendall_tau: Vec<Option<f64>>,
     /// Mean of the defined taus.
     pub kendall_tau_mean: Option<f64>,
-    /// Mean |predicted − measured| / measured over all plans, %.
-    pub plan_mape_pct: Option<f64>,
-    /// Mean (predicted − measured) / measured over all plans, % (negative: the model is optimistic).
-    pub plan_bias_pct: Option<f64>,
-    /// Mean |predicted − measured| / measured of every non-empty device's total over all plans, %.
-    pub device_mape_pct: Option<f64>,
-    /// Share of plans whose measured cost lies inside the predicted interval (when the model gives one).
-    pub interval_coverage: Option<f64>,
+    /// Predictions against the measured times as measured.
+    pub accuracy: Accuracy,
+    /// Predictions against the measured times expressed at the cost model's reference speed (every task
+    /// with a speed factor; `None` otherwise).
+    pub accuracy_at_reference_speed: Option<Accuracy>,
     /// Mean coefficient of variation of a plan's cost across measuring rounds, %: the judge's own noise.
     pub measurement_cv_pct: Option<f64>,
     /// Tasks where the plan predicted cheapest is also measured cheapest.
@@ -182,18 +196,6 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
     let all: Vec<&JudgedPlan> = tasks.iter().flat_map(|t| &t.plans).collect();
     let rel = |p: &JudgedPlan| (p.predicted.cost_ms - p.measured.cost_ms) / p.measured.cost_ms;
     let valid: Vec<&JudgedPlan> = all.iter().copied().filter(|p| p.measured.cost_ms > 0.0).collect();
-    let mut device_errors = Vec::new();
-    for p in &valid {
-        for (pd, md) in p.predicted.devices.iter().zip(&p.measured.devices) {
-            if md.total_ms > 0.0 && !pd.pieces.is_empty() {
-                device_errors.push(((pd.total_ms - md.total_ms) / md.total_ms).abs());
-            }
-        }
-    }
-    let with_interval: Vec<bool> = valid
-        .iter()
-        .filter_map(|p| p.predicted.cost_interval_ms.map(|[lo, hi]| (lo..=hi).contains(&p.measured.cost_ms)))
-        .collect();
     let cvs: Vec<f64> = valid
         .iter()
         .filter(|p| p.round_costs_ms.len() > 1)
@@ -235,20 +237,49 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         })
         .collect();
     let defined: Vec<f64> = taus.iter().flatten().copied().collect();
+    let at_reference = tasks
+        .iter()
+        .all(|t| t.speed_factor.is_some_and(|f| f.is_finite() && f > 0.0))
+        .then(|| accuracy(tasks, |t| t.speed_factor.unwrap_or(1.0)))
+        .filter(|_| !tasks.is_empty());
     JudgeSummary {
         tasks: tasks.len(),
         common_tasks: common.len(),
         plans: all.len(),
         kendall_tau_mean: mean_of(&defined),
         kendall_tau: taus,
-        plan_mape_pct: mean_of(&valid.iter().map(|p| 100.0 * rel(p).abs()).collect::<Vec<_>>()),
-        plan_bias_pct: mean_of(&valid.iter().map(|p| 100.0 * rel(p)).collect::<Vec<_>>()),
-        device_mape_pct: mean_of(&device_errors).map(|x| 100.0 * x),
-        interval_coverage: (!with_interval.is_empty())
-            .then(|| with_interval.iter().filter(|&&b| b).count() as f64 / with_interval.len() as f64),
+        accuracy: accuracy(tasks, |_| 1.0),
+        accuracy_at_reference_speed: at_reference,
         measurement_cv_pct: mean_of(&cvs),
         same_winner,
         planners: rows,
+    }
+}
+
+/// Accuracy of the plans of `tasks`, every task's measured times multiplied by `scale(task)`.
+fn accuracy(tasks: &[JudgedTask], scale: impl Fn(&JudgedTask) -> f64) -> Accuracy {
+    let (mut rel, mut dev, mut inside) = (Vec::new(), Vec::new(), Vec::new());
+    for t in tasks {
+        let f = scale(t);
+        for p in t.plans.iter().filter(|p| p.measured.cost_ms > 0.0) {
+            let m = p.measured.cost_ms * f;
+            rel.push((p.predicted.cost_ms - m) / m);
+            for (pd, md) in p.predicted.devices.iter().zip(&p.measured.devices) {
+                if md.total_ms > 0.0 && !pd.pieces.is_empty() {
+                    dev.push(((pd.total_ms - md.total_ms * f) / (md.total_ms * f)).abs());
+                }
+            }
+            if let Some([lo, hi]) = p.predicted.cost_interval_ms {
+                inside.push((lo..=hi).contains(&m));
+            }
+        }
+    }
+    Accuracy {
+        plan_mape_pct: mean_of(&rel.iter().map(|r| 100.0 * r.abs()).collect::<Vec<_>>()),
+        plan_bias_pct: mean_of(&rel.iter().map(|r| 100.0 * r).collect::<Vec<_>>()),
+        device_mape_pct: mean_of(&dev).map(|x| 100.0 * x),
+        interval_coverage: (!inside.is_empty())
+            .then(|| inside.iter().filter(|&&b| b).count() as f64 / inside.len() as f64),
     }
 }
 

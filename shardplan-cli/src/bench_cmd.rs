@@ -458,6 +458,7 @@ fn measure_cell(
         let m = measure(args, bin, &docs, &out, st.seed)?;
         tasks.push(JudgedTask {
             task: format!("task {}", st.index),
+            speed_factor: m.speed_factor(model),
             plans: m
                 .plans
                 .into_iter()
@@ -785,11 +786,25 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 fn measured_markdown(m: &MeasuredCell) -> String {
     let s = &m.summary;
     let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}%"));
+    let a = &s.accuracy;
+    let at_speed = s.accuracy_at_reference_speed.as_ref().map_or_else(
+        || "no reference speed (the cost model was not trained on speed-normalised data of this machine)".to_string(),
+        |r| {
+            format!(
+                "**{}** (bias {}), device cost {}, inside the predicted interval {}",
+                pct(r.plan_mape_pct),
+                r.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
+                pct(r.device_mape_pct),
+                r.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c))
+            )
+        },
+    );
     let mut out = vec![format!(
         "\nMeasured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
          Kendall's tau (predicted vs measured ranking of the planners' plans) per task: {}; **mean {}**; same winner on {}/{} tasks. \
-         MAPE of plan cost **{}** (bias {}), of device cost {}; measured cost inside the predicted interval: {}; \
-         the judge's noise (cv of a plan's cost across rounds): {}. Files: `{}`.\n",
+         MAPE of plan cost as measured {} (bias {}), of device cost {}; inside the predicted interval {}. \
+         At the cost model's reference speed: MAPE of plan cost {at_speed}. \
+         The judge's noise (cv of a plan's cost across rounds): {}. Files: `{}`.\n",
         s.plans,
         m.tasks,
         m.skipped.len(),
@@ -797,10 +812,10 @@ fn measured_markdown(m: &MeasuredCell) -> String {
         opt(s.kendall_tau_mean, 2),
         s.same_winner,
         s.tasks,
-        pct(s.plan_mape_pct),
-        s.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
-        pct(s.device_mape_pct),
-        s.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
+        pct(a.plan_mape_pct),
+        a.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
+        pct(a.device_mape_pct),
+        a.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
         pct(s.measurement_cv_pct),
         m.dir
     )];

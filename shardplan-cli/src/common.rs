@@ -22,8 +22,8 @@ pub struct CostArgs {
     /// with no comm model at all (measured on one GPU) always prices comm analytically.
     #[arg(long)]
     pub comm_fallback: bool,
-    /// Hardware preset of the analytical model: torchrec, h100, a100, rtx2080ti (default: torchrec,
-    /// or for an embedded profile's comm the preset of its hardware).
+    /// Hardware preset of the analytical model: torchrec, h100, h100-ib, a100, rtx2080ti (default:
+    /// torchrec, or for an embedded profile's comm the preset of its hardware).
     #[arg(long)]
     pub hw: Option<String>,
     /// Override the profile's memory bandwidth, GB/s (10^9 bytes/s).
@@ -38,6 +38,10 @@ pub struct CostArgs {
     /// Cost definition: `neuroshard` (start delays feed forward comm) or `four-phase` (DreamShard).
     #[arg(long, default_value = "neuroshard", value_parser = parse_definition)]
     pub definition: CostDefinition,
+    /// With a trained ensemble profile, plan against the members' mean plus this many standard
+    /// deviations (0: the mean): the search then avoids sets the ensemble disagrees on.
+    #[arg(long, default_value_t = 0.0)]
+    pub risk: f64,
 }
 
 fn parse_definition(s: &str) -> Result<CostDefinition, String> {
@@ -92,6 +96,9 @@ impl CostArgs {
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
         let name = self.cost_model.as_str();
         if name == "analytical" {
+            if self.risk != 0.0 {
+                bail!("--risk = {} needs a trained ensemble profile, not the analytical model", self.risk);
+            }
             return Ok(Box::new(self.analytical("torchrec")?));
         }
         let (model, preset) = if let Some(p) = profiles::find(name) {
@@ -105,6 +112,10 @@ impl CostArgs {
             }
             .into());
         };
+        if self.risk != 0.0 && model.member_count() < 2 {
+            bail!("--risk = {}: profile `{name}` has one network, no ensemble to take a spread from", self.risk);
+        }
+        let model = model.with_risk(self.risk)?;
         let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
         Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset)?) } else { model }))
     }

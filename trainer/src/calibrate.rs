@@ -233,10 +233,19 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
     };
     stage(&mut state, "initial sets", &mut || {
         let mut c = opts.collector();
-        c.args(["compute", "--sampler", "mixed", "--resume", "--samples", &opts.initial_samples.to_string()])
-            .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
-            .args(["--mem-cap", &opts.mem_cap, "--out"])
-            .arg(opts.data_dir().join("compute_initial.jsonl"));
+        c.args([
+            "compute",
+            "--sampler",
+            "mixed",
+            "--resume",
+            "--warmup",
+            "2",
+            "--samples",
+            &opts.initial_samples.to_string(),
+        ])
+        .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
+        .args(["--mem-cap", &opts.mem_cap, "--out"])
+        .arg(opts.data_dir().join("compute_initial.jsonl"));
         run(c, "initial sets")
     })?;
     for d in opts.devices() {
@@ -278,7 +287,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
                 return Ok(());
             }
             let mut c = opts.collector();
-            c.args(["sets", "--resume", "--batch-size", &opts.batch.to_string(), "--requests"])
+            c.args(["sets", "--resume", "--warmup", "2", "--batch-size", &opts.batch.to_string(), "--requests"])
                 .arg(&requests)
                 .arg("--out")
                 .arg(opts.data_dir().join(format!("sets_round_{round}.jsonl")));
@@ -301,6 +310,7 @@ fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
         loss: opts.loss,
         coverage: 0.9,
         log_features: true,
+        speed_normalise: true,
         resume: true,
         command: format!("{} (round {round})", opts.command),
     };
@@ -403,6 +413,7 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
             let measured = MeasuredPlans::from_json(&std::fs::read_to_string(&out)?)?;
             judged.push(JudgedTask {
                 task: format!("{label}/{k}"),
+                speed_factor: measured.speed_factor(model),
                 plans: measured
                     .plans
                     .into_iter()
@@ -423,15 +434,20 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
 
 fn print_report(r: &RoundReport) {
     for (cell, s) in &r.cells {
+        let a = s.accuracy_at_reference_speed.as_ref().unwrap_or(&s.accuracy);
         eprintln!(
-            "round {} {cell}: {} tasks, plan MAPE {:.1}% (bias {:+.1}%), device MAPE {:.1}%, tau {:.2}, interval coverage {}, judge cv {:.1}%",
+            "round {} {cell}: {} tasks, plan MAPE {:.1}% as measured, {} at the reference speed (bias {:+.1}%), device MAPE {:.1}%, tau {:.2}, interval coverage {}, judge cv {:.1}%",
             r.round,
             s.tasks,
-            s.plan_mape_pct.unwrap_or(f64::NAN),
-            s.plan_bias_pct.unwrap_or(f64::NAN),
-            s.device_mape_pct.unwrap_or(f64::NAN),
+            s.accuracy.plan_mape_pct.unwrap_or(f64::NAN),
+            s.accuracy_at_reference_speed
+                .as_ref()
+                .and_then(|x| x.plan_mape_pct)
+                .map_or_else(|| "-".into(), |v| format!("{v:.1}%")),
+            a.plan_bias_pct.unwrap_or(f64::NAN),
+            a.device_mape_pct.unwrap_or(f64::NAN),
             s.kendall_tau_mean.unwrap_or(f64::NAN),
-            s.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
+            a.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
             s.measurement_cv_pct.unwrap_or(f64::NAN),
         );
         for p in &s.planners {

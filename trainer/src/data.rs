@@ -26,8 +26,10 @@ pub struct ComputeSample {
     pub pieces: Vec<(TableSpec, u64)>,
     /// Normalised NeuroShard features, one row per table.
     pub features: Vec<Vec<f32>>,
-    /// Median forward + backward time, ms.
+    /// Median forward + backward time, ms (at the reference speed once [`Loaded::normalise_speed`] ran).
     pub target_ms: f64,
+    /// The collector's reference-kernel reading right after the sample, ms, when recorded.
+    pub reference_ms: Option<f64>,
 }
 
 impl ComputeSample {
@@ -35,6 +37,30 @@ impl ComputeSample {
     #[must_use]
     pub fn piece_refs(&self) -> Vec<PieceRef<'_>> {
         self.pieces.iter().map(|(t, rows)| PieceRef { table: t, dim: t.dim, rows: *rows }).collect()
+    }
+}
+
+impl Loaded {
+    /// The reference speed of the compute samples: the median of their reference readings, when every
+    /// sample has one.
+    #[must_use]
+    pub fn reference_ms(&self) -> Option<f64> {
+        let refs: Option<Vec<f64>> = self.compute.iter().map(|s| s.reference_ms).collect();
+        refs.filter(|r| !r.is_empty()).map(|r| planner_core::dataset::median(&r))
+    }
+
+    /// Expresses every compute sample's time at the reference speed `reference_ms`: `time × reference /
+    /// the reading taken after it`. Refuses data with a sample that has no reading.
+    pub fn normalise_speed(&mut self, reference_ms: f64) -> Result<()> {
+        for (i, s) in self.compute.iter_mut().enumerate() {
+            let Some(r) = s.reference_ms else {
+                bail!(
+                    "compute sample {i} has no reference-kernel reading: measure it again or train without speed normalisation"
+                );
+            };
+            s.target_ms *= reference_ms / r;
+        }
+        Ok(())
     }
 }
 
@@ -121,7 +147,8 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
                     .iter()
                     .map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows })))
                     .collect();
-                compute.push(ComputeSample { pieces, features, target_ms: total.median_ms });
+                let reference_ms = r.conditions.and_then(|c| c.reference_ms).filter(|x| x.is_finite() && *x > 0.0);
+                compute.push(ComputeSample { pieces, features, target_ms: total.median_ms, reference_ms });
             }
             Measurement::Comm { dim_sums, delays_ms, fw, bw, .. } => {
                 comm.entry(dim_sums.len()).or_default().push(CommSample {

@@ -59,6 +59,9 @@ pub struct ProfileOptions {
     pub coverage: f64,
     /// Take pooling factor and rows as `ln(1 + x)` before the z-score (`false`: NeuroShard's scheme).
     pub log_features: bool,
+    /// Express every sample's time at one machine speed (the median reference-kernel reading of the data),
+    /// when every sample has a reading (`docs/COST_MODELS.md`, "Speed").
+    pub speed_normalise: bool,
     /// Resume from checkpoints in `out/checkpoints`.
     pub resume: bool,
     /// The command line, recorded in the card.
@@ -177,7 +180,11 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
         bail!("`--coverage` = {} is invalid: a share in (0, 1)", opts.coverage);
     }
     let norm = data::normalisation(opts.log_features)?;
-    let data: Loaded = data::load(&opts.datasets, norm)?;
+    let mut data: Loaded = data::load(&opts.datasets, norm)?;
+    let reference_ms = if opts.speed_normalise { data.reference_ms() } else { None };
+    if let Some(r) = reference_ms {
+        data.normalise_speed(r)?;
+    }
     if data.compute.len() < 10 {
         bail!(
             "{} compute samples in {:?}: at least 10 are needed for an 80/10/10 split",
@@ -214,6 +221,38 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     let all: Vec<usize> = (0..data.compute.len()).collect();
     let preds = member_predictions(&nets, &data.compute, opts.loss)?;
     let pred = ensemble_mean(&preds);
+    // Every sample's target, prediction and split, for looking at where the model errs.
+    let split_of = |i: usize| {
+        if te.contains(&i) {
+            "test"
+        } else if va.contains(&i) {
+            "val"
+        } else {
+            "train"
+        }
+    };
+    let rows: String = data
+        .compute
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let rows_split = s.pieces.iter().filter(|(t, r)| *r < t.rows).count();
+            format!(
+                "{i},{},{:.6},{:.6},{},{},{}\n",
+                split_of(i),
+                s.target_ms,
+                pred[i],
+                s.pieces.len(),
+                rows_split,
+                s.pieces.iter().map(|(t, r)| t.block_bytes(*r, t.dim)).sum::<u64>()
+            )
+        })
+        .collect();
+    std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
+    write_atomic(
+        &opts.out.join("predictions.csv"),
+        format!("sample,split,target_ms,predicted_ms,pieces,row_pieces,bytes\n{rows}").as_bytes(),
+    )?;
     let analytical = analytical_predictions(&data.compute, data.batch_size)?;
     // The analytical model assumes TorchRec's HBM bandwidth; calibrate one scale on the training split
     // (least squares through the origin) so the comparison is about shape, not units.
@@ -248,7 +287,10 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
 
     // Unseen tables: a dataset measured on tables the training data never contains.
     if !opts.unseen.is_empty() {
-        let unseen = data::load(&opts.unseen, norm)?;
+        let mut unseen = data::load(&opts.unseen, norm)?;
+        if let Some(r) = reference_ms {
+            unseen.normalise_speed(r)?;
+        }
         if unseen.hardware.get("fingerprint") != data.hardware.get("fingerprint") {
             bail!("the unseen-table dataset was measured on other hardware than the training data");
         }
@@ -279,7 +321,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             analytical_predictions(&unseen_samples, unseen.batch_size)?.iter().map(|x| x * scale).collect();
         compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
     }
-    finish_profile(opts, &nets, &data, norm, compute_metrics, interval, &pred, &all)
+    finish_profile(opts, &nets, &data, norm, reference_ms, compute_metrics, interval, &pred, &all)
 }
 
 /// Trains comm models, writes every graph and the card, then reloads and checks the profile.
@@ -289,6 +331,7 @@ fn finish_profile(
     nets: &[net::ComputeNet],
     data: &Loaded,
     norm: &planner_core::features::Normalisation,
+    reference_ms: Option<f64>,
     compute_metrics: BTreeMap<String, SplitMetrics>,
     interval: Option<IntervalCard>,
     pred: &[f64],
@@ -364,6 +407,7 @@ fn finish_profile(
             ensemble,
             interval,
             batch_size: data.batch_size,
+            reference_ms,
             metrics: compute_metrics,
             dataset,
         },

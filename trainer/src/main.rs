@@ -236,21 +236,24 @@ fn calibrate_cmd(a: &CalibrateArgs) -> ExitCode {
         };
         let reports = calibrate(&opts)?;
         println!(
-            "| round | samples | cell | plan MAPE % | bias % | device MAPE % | tau | interval coverage | judge cv % |"
+            "| round | samples | cell | plan MAPE % as measured | at reference speed | bias % | device MAPE % | tau | interval coverage | judge cv % |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
         for r in &reports {
             for (cell, s) in &r.cells {
+                let a = s.accuracy_at_reference_speed.as_ref().unwrap_or(&s.accuracy);
                 println!(
-                    "| {} | {} | {cell} | {:.1} | {:+.1} | {:.1} | {:.2} | {} | {:.1} |",
+                    "| {} | {} | {cell} | {} | {} | {} | {} | {} | {} | {} |",
                     r.round,
                     r.samples,
-                    s.plan_mape_pct.unwrap_or(f64::NAN),
-                    s.plan_bias_pct.unwrap_or(f64::NAN),
-                    s.device_mape_pct.unwrap_or(f64::NAN),
-                    s.kendall_tau_mean.unwrap_or(f64::NAN),
-                    s.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
-                    s.measurement_cv_pct.unwrap_or(f64::NAN),
+                    pct(s.accuracy.plan_mape_pct),
+                    pct(s.accuracy_at_reference_speed.as_ref().and_then(|x| x.plan_mape_pct)),
+                    a.plan_bias_pct.map_or_else(|| "-".to_string(), |x| format!("{x:+.1}")),
+                    pct(a.device_mape_pct),
+                    s.kendall_tau_mean.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
+                    a.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
+                    pct(s.measurement_cv_pct),
                 );
             }
         }
@@ -586,6 +589,7 @@ fn main() -> ExitCode {
         loss,
         coverage,
         log_features: !plain_features,
+        speed_normalise: true,
         resume,
         command,
     };

@@ -66,39 +66,63 @@ pub struct HardwareProfile {
     pub hbm_bw_bytes_per_s: f64,
     /// Bandwidth of the all-to-all between devices.
     pub comm_bw_bytes_per_s: f64,
+    /// Fixed time of one all-to-all, ms (launch and synchronisation; 0 in TorchRec's estimator).
+    #[serde(default)]
+    pub comm_latency_ms: f64,
+    /// Whether only the share of a device's output that leaves it, `(W − 1) / W` over `W` devices,
+    /// crosses the link (how NCCL's all-to-all bus bandwidth is defined). TorchRec's estimator counts
+    /// the whole output (`false`).
+    #[serde(default)]
+    pub comm_remote_share: bool,
 }
 
 impl HardwareProfile {
     /// TorchRec's defaults: `HBM_MEM_BW` 897 GiB/s, `INTRA_NODE_BANDWIDTH` 600 GiB/s.
     #[must_use]
     pub fn torchrec_default() -> Self {
-        Self { name: "torchrec".into(), hbm_bw_bytes_per_s: 897.0 * GIB_F, comm_bw_bytes_per_s: 600.0 * GIB_F }
+        Self {
+            name: "torchrec".into(),
+            hbm_bw_bytes_per_s: 897.0 * GIB_F,
+            comm_bw_bytes_per_s: 600.0 * GIB_F,
+            comm_latency_ms: 0.0,
+            comm_remote_share: false,
+        }
     }
 
-    /// Built-in profiles: `torchrec` (TorchRec's constants), `h100` (SXM: 3.35 TB/s HBM3, `NVLink` 4
-    /// at 450 GB/s per direction), `a100` (SXM 80 GB: 2.04 TB/s, `NVLink` 3 at 300 GB/s per direction),
-    /// `rtx2080ti` (the NeuroShard testbed: 616 GB/s `GDDR6`, `PCIe` 3.0 x16 at 16 GB/s per direction).
-    /// Vendor datasheet peaks; a measured profile is always better.
+    /// Built-in profiles: `torchrec` (TorchRec's constants and formula), `h100` (SXM: 3.35 TB/s HBM3;
+    /// all-to-all inside one host over `NVLink` 4 at the 370 GB/s bus bandwidth NCCL reaches on it, with
+    /// a 10 µs floor), `h100-ib` (the same GPUs with every peer on another host: one 400 Gb/s NDR NIC per
+    /// GPU at 48 GB/s, 25 µs floor), `a100` (SXM 80 GB: 2.04 TB/s, `NVLink` 3 at 300 GB/s per
+    /// direction), `rtx2080ti` (the NeuroShard testbed: 616 GB/s `GDDR6`, `PCIe` 3.0 x16 at 16 GB/s per
+    /// direction). The `h100` figures are NCCL's published ones (`docs/COST_MODELS.md`, "Comm"); the
+    /// others are datasheet peaks. A measured profile is always better.
     pub fn builtin(name: &str) -> Result<Self> {
-        let (hbm, comm) = match name {
+        let (hbm, comm, latency_ms, remote) = match name {
             "torchrec" => return Ok(Self::torchrec_default()),
-            "h100" => (3.35e12, 450e9),
-            "a100" => (2.039e12, 300e9),
-            "rtx2080ti" => (616e9, 16e9),
+            "h100" => (3.35e12, 370e9, 0.010, true),
+            "h100-ib" => (3.35e12, 48e9, 0.025, true),
+            "a100" => (2.039e12, 300e9, 0.0, false),
+            "rtx2080ti" => (616e9, 16e9, 0.0, false),
             _ => {
                 return Err(Error::field(
                     "hardware",
                     "profile",
                     format!("{name:?}"),
-                    "one of torchrec, h100, a100, rtx2080ti",
+                    format!("one of {}", Self::BUILTIN.join(", ")),
                 ));
             }
         };
-        Ok(Self { name: name.into(), hbm_bw_bytes_per_s: hbm, comm_bw_bytes_per_s: comm })
+        Ok(Self {
+            name: name.into(),
+            hbm_bw_bytes_per_s: hbm,
+            comm_bw_bytes_per_s: comm,
+            comm_latency_ms: latency_ms,
+            comm_remote_share: remote,
+        })
     }
 
     /// Names accepted by [`HardwareProfile::builtin`].
-    pub const BUILTIN: &'static [&'static str] = &["torchrec", "h100", "a100", "rtx2080ti"];
+    pub const BUILTIN: &'static [&'static str] = &["torchrec", "h100", "h100-ib", "a100", "rtx2080ti"];
 }
 
 /// TorchRec's perf estimator as a [`CostModel`].
@@ -127,6 +151,9 @@ impl AnalyticalModel {
             if !v.is_finite() || v <= 0.0 {
                 return Err(Error::field("hardware", field, v, "a positive bandwidth"));
             }
+        }
+        if !hardware.comm_latency_ms.is_finite() || hardware.comm_latency_ms < 0.0 {
+            return Err(Error::field("hardware", "comm_latency_ms", hardware.comm_latency_ms, "a finite time >= 0"));
         }
         if global_batch == 0 {
             return Err(Error::field("analytical model", "global_batch", 0, "at least 1"));
@@ -184,8 +211,12 @@ impl AnalyticalModel {
     }
 
     fn comm_ms(&self, dims: &[f64]) -> Vec<f64> {
-        let per_dim = self.global_batch as f64 * self.a2a_bytes / self.hardware.comm_bw_bytes_per_s * 1e3;
-        dims.iter().map(|d| d * per_dim).collect()
+        let w = dims.len() as f64;
+        let share = if self.hardware.comm_remote_share { (w - 1.0).max(0.0) / w.max(1.0) } else { 1.0 };
+        let per_dim = self.global_batch as f64 * self.a2a_bytes * share / self.hardware.comm_bw_bytes_per_s * 1e3;
+        // One device alone exchanges nothing; otherwise every all-to-all pays the fixed time.
+        let latency = if dims.len() > 1 { self.hardware.comm_latency_ms } else { 0.0 };
+        dims.iter().map(|d| latency + d * per_dim).collect()
     }
 }
 
@@ -270,6 +301,20 @@ mod tests {
         assert_eq!(AnalyticalModel::block_penalty(128), 1.0);
         assert_eq!(AnalyticalModel::block_penalty(64), 1.15);
         assert_eq!(AnalyticalModel::block_penalty(32), 1.75);
+    }
+
+    /// The calibrated `h100` preset: only the remote share of the output crosses `NVLink`, at 370 GB/s,
+    /// plus a 10 µs floor; one device alone pays nothing.
+    #[test]
+    fn the_h100_all_to_all_counts_the_remote_share_and_a_floor() {
+        let m = AnalyticalModel::new(HardwareProfile::builtin("h100").unwrap(), 65_536).unwrap();
+        let c = m.bw_comm_ms(&[128.0, 0.0, 64.0, 64.0]).unwrap();
+        let bytes = 65_536.0 * 128.0 * 4.0 * 3.0 / 4.0;
+        assert!((c[0] - (0.010 + bytes / 370e9 * 1e3)).abs() < 1e-12, "{c:?}");
+        assert!((c[1] - 0.010).abs() < 1e-15);
+        assert_eq!(m.bw_comm_ms(&[128.0]).unwrap(), vec![0.0]);
+        let ib = AnalyticalModel::new(HardwareProfile::builtin("h100-ib").unwrap(), 65_536).unwrap();
+        assert!(ib.bw_comm_ms(&[128.0, 0.0]).unwrap()[0] > 5.0 * c[0]);
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub struct ComputeCard {
     pub interval: Option<IntervalCard>,
     /// Batch size (bags per table) of the measurements.
     pub batch_size: u32,
+    /// The machine speed the times are expressed at: every training sample's time was multiplied by this
+    /// over the collector's reference-kernel reading taken right after it, so the model predicts the
+    /// machine when its reference kernel takes this long (ms). Absent: raw times (`docs/COST_MODELS.md`,
+    /// "Speed").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_ms: Option<f64>,
     /// Metrics per named evaluation (e.g. `random/test`, `unseen/test`, `analytical/random/test`).
     pub metrics: BTreeMap<String, SplitMetrics>,
     /// Training data.

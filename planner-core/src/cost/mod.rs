@@ -114,6 +114,11 @@ pub trait CostModel {
     fn interval_z(&self) -> Option<f64> {
         None
     }
+    /// The hardware fingerprint and the reference-kernel time the model's times are expressed at, when it
+    /// was trained on speed-normalised measurements (`docs/COST_MODELS.md`, "Speed").
+    fn reference_speed(&self) -> Option<(String, f64)> {
+        None
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {

@@ -165,6 +165,19 @@ pub struct NeuralModel {
     comm_fallback: Option<AnalyticalModel>,
     caches: Mutex<Caches>,
     use_set_cache: bool,
+    /// Standard deviations of the members added to their mean ([`NeuralModel::with_risk`]).
+    risk: f64,
+}
+
+/// Mean of `members` plus `risk` standard deviations (sample sd; 0 for one member).
+fn risk_adjusted(members: &[f64], risk: f64) -> f64 {
+    let k = members.len() as f64;
+    let mean = members.iter().sum::<f64>() / k.max(1.0);
+    if risk == 0.0 || members.len() < 2 {
+        return mean;
+    }
+    let sd = (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+    mean + risk * sd
 }
 
 impl NeuralModel {
@@ -198,7 +211,20 @@ impl NeuralModel {
             comm_fallback: None,
             caches: Mutex::new(Caches::default()),
             use_set_cache: true,
+            risk: 0.0,
         })
+    }
+
+    /// Prices a set at the members' mean plus `risk` standard deviations (`risk` ≥ 0; 0 is the mean):
+    /// a search then pays for going where the ensemble disagrees, which is where it was trained least.
+    /// The name says so (`+risk<r>`). Refused for a negative or non-finite `risk`.
+    pub fn with_risk(mut self, risk: f64) -> Result<Self> {
+        if !risk.is_finite() || risk < 0.0 {
+            return Err(Error::field("cost model", "risk", risk, "a finite number >= 0"));
+        }
+        self.risk = risk;
+        self.caches = Mutex::new(Caches::default());
+        Ok(self)
     }
 
     /// Uses `fallback` for device counts the profile has no comm models for (the name says so).
@@ -414,7 +440,7 @@ impl IncrementalCompute for NeuralModel {
     fn head_ms(&self, sum: &[i64]) -> f64 {
         let k = self.members.len();
         let width = sum.len() / k.max(1);
-        let total: f64 = self
+        let members: Vec<f64> = self
             .members
             .iter()
             .enumerate()
@@ -424,8 +450,8 @@ impl IncrementalCompute for NeuralModel {
                     .as_ref()
                     .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
             })
-            .sum();
-        total / k as f64
+            .collect();
+        risk_adjusted(&members, self.risk)
     }
 }
 
@@ -445,10 +471,16 @@ impl CostModel for NeuralModel {
         NeuralModel::interval_z(self)
     }
 
+    fn reference_speed(&self) -> Option<(String, f64)> {
+        let fingerprint = self.card.hardware.get("fingerprint")?.as_str()?.to_string();
+        self.card.compute.reference_ms.map(|r| (fingerprint, r))
+    }
+
     fn name(&self) -> String {
+        let risk = if self.risk > 0.0 { format!("+risk{}", self.risk) } else { String::new() };
         match &self.comm_fallback {
-            Some(_) => format!("neural:{}+analytical-comm", self.card.name),
-            None => format!("neural:{}", self.card.name),
+            Some(_) => format!("neural:{}{risk}+analytical-comm", self.card.name),
+            None => format!("neural:{}{risk}", self.card.name),
         }
     }
 
@@ -468,7 +500,7 @@ impl CostModel for NeuralModel {
                 continue;
             }
             let members = self.members_of(&caches, &ids)?;
-            let c = members.iter().sum::<f64>() / members.len() as f64;
+            let c = risk_adjusted(&members, self.risk);
             out[i] = c;
             caches.stats.set_misses += 1;
             if self.use_set_cache {

@@ -361,7 +361,8 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
         assert_eq!(s["measurement_cv_pct"].as_f64().unwrap(), 0.0, "{m}");
         if factor > 0 {
             // Measured = predicted: no error, and neuroshard is compared with each baseline.
-            assert!(s["plan_mape_pct"].as_f64().unwrap() < 1e-9, "{m}");
+            assert!(s["accuracy"]["plan_mape_pct"].as_f64().unwrap() < 1e-9, "{m}");
+            assert!(s["accuracy_at_reference_speed"].is_null(), "the analytical model has no reference speed");
             assert_eq!(m["paired"].as_array().unwrap().len(), 3, "{m}");
         }
         for p in cells[1]["planners"].as_array().unwrap() {

@@ -88,6 +88,7 @@ fn options(dir: &std::path::Path, data: PathBuf, epochs: usize) -> ProfileOption
         loss: trainer::models::Loss::Mse,
         coverage: 0.9,
         log_features: false,
+        speed_normalise: true,
         resume: false,
         command: "test".into(),
     }
