@@ -15,7 +15,7 @@
 //!   (`docs/COST_MODELS.md`, "Speed").
 //!
 //! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, … 30 s at
-//! most, about five minutes over the default twelve tries); after `max_retries` the run stops with an error naming the readings (a collection resumes with
+//! most, about five minutes over the default twelve tries); after `retries` the run stops with an error naming the readings (a collection resumes with
 //! `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
 //! kernel judges.
 
@@ -89,18 +89,18 @@ pub fn usage_pct(before: CpuTicks, after: CpuTicks) -> (f64, f64) {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardLimits {
     /// Largest share of the machine other processes may use during a sample, percent.
-    pub max_other_busy_pct: f64,
+    pub other_busy_pct: f64,
     /// Largest share the hypervisor may steal, percent.
-    pub max_steal_pct: f64,
+    pub steal_pct: f64,
     /// Largest reference time after a sample over the baseline.
-    pub max_reference_ratio: f64,
+    pub reference_ratio: f64,
     /// Measurements of one sample thrown away before the run stops.
-    pub max_retries: u32,
+    pub retries: u32,
 }
 
 impl Default for GuardLimits {
     fn default() -> Self {
-        Self { max_other_busy_pct: 10.0, max_steal_pct: 10.0, max_reference_ratio: 1.35, max_retries: 12 }
+        Self { other_busy_pct: 10.0, steal_pct: 10.0, reference_ratio: 1.35, retries: 12 }
     }
 }
 
@@ -153,11 +153,7 @@ impl Guard {
     /// A guard that accepts everything and records nothing (`--no-guard`).
     #[must_use]
     pub fn off() -> Self {
-        Self {
-            limits: GuardLimits { max_retries: 0, ..GuardLimits::default() },
-            reference: None,
-            pause: Duration::ZERO,
-        }
+        Self { limits: GuardLimits { retries: 0, ..GuardLimits::default() }, reference: None, pause: Duration::ZERO }
     }
 
     /// Starts a guard: times the reference kernel `BASELINE_READINGS` times on `backend` at `batch` and
@@ -191,7 +187,7 @@ impl Guard {
         mut measure: impl FnMut(&mut dyn Backend) -> Result<T>,
     ) -> Result<(T, Conditions)> {
         let mut pause = self.pause;
-        for attempt in 0..=self.limits.max_retries {
+        for attempt in 0..=self.limits.retries {
             let before = cpu_ticks();
             let value = measure(backend)?;
             let after = cpu_ticks();
@@ -199,7 +195,7 @@ impl Guard {
             if verdict.quiet || self.reference.is_none() {
                 return Ok((value, verdict.conditions));
             }
-            if attempt == self.limits.max_retries {
+            if attempt == self.limits.retries {
                 let c = verdict.conditions;
                 bail!(
                     "{what}: the machine stayed busy over {} tries (last: other processes {:.1}% of CPU time, limit {:.0}%; \
@@ -207,11 +203,11 @@ impl Guard {
                      the measurement and resume",
                     attempt + 1,
                     c.other_busy_pct,
-                    self.limits.max_other_busy_pct,
+                    self.limits.other_busy_pct,
                     c.steal_pct,
-                    self.limits.max_steal_pct,
+                    self.limits.steal_pct,
                     c.reference_ratio,
-                    self.limits.max_reference_ratio
+                    self.limits.reference_ratio
                 );
             }
             std::thread::sleep(pause);
@@ -242,9 +238,8 @@ impl Guard {
         };
         let conditions = Conditions { other_busy_pct, steal_pct, reference_ratio, reference_ms, retries };
         let l = self.limits;
-        let quiet = other_busy_pct <= l.max_other_busy_pct
-            && steal_pct <= l.max_steal_pct
-            && reference_ratio <= l.max_reference_ratio;
+        let quiet =
+            other_busy_pct <= l.other_busy_pct && steal_pct <= l.steal_pct && reference_ratio <= l.reference_ratio;
         Ok(Verdict { conditions, quiet })
     }
 }

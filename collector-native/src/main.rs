@@ -355,10 +355,10 @@ fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
         bail!("--guard-retries = {} is invalid: at most 100", cli.guard_retries);
     }
     Ok(GuardLimits {
-        max_other_busy_pct: cli.guard_max_busy_pct,
-        max_steal_pct: GuardLimits::default().max_steal_pct,
-        max_reference_ratio: cli.guard_max_reference_ratio,
-        max_retries: cli.guard_retries,
+        other_busy_pct: cli.guard_max_busy_pct,
+        steal_pct: GuardLimits::default().steal_pct,
+        reference_ratio: cli.guard_max_reference_ratio,
+        retries: cli.guard_retries,
     })
 }
 
@@ -411,7 +411,7 @@ fn time_pieces(
     guard: &mut Guard,
     g: u64,
     pieces: &[WorkPiece],
-    bags: Vec<workload::Bags>,
+    bags: &[workload::Bags],
     timing: Timing,
 ) -> Result<(cpu::ComputeTimes, planner_core::dataset::Conditions)> {
     if g > 0 && g.is_multiple_of(SAMPLES_PER_MEMORY) {
@@ -419,7 +419,7 @@ fn time_pieces(
     }
     let tables: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
     check_fits(backend, 0, &tables)?;
-    guard.measure(backend, &format!("sample {g}"), true, |b| b.compute(0, &tables, bags.clone(), 0, timing))
+    guard.measure(backend, &format!("sample {g}"), true, |b| b.compute(0, &tables, bags.to_vec(), 0, timing))
 }
 
 /// Writes through a temporary file in the same directory and a rename: a failed write never leaves a
@@ -519,7 +519,7 @@ fn compute(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     };
     let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
         let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
-        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, bags, timing)?;
+        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
         Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
     })?;
     Ok(report(&summary, &c.out))
@@ -589,7 +589,7 @@ fn sets(cli: &Cli, args: &SetsArgs) -> Result<i32> {
     };
     let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
         let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
-        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, bags, timing)?;
+        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
         Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
     })?;
     Ok(report(&summary, &c.out))

@@ -197,6 +197,9 @@ fn device_sets(doc: &PlanDocument, plan: &Plan, seed: u64) -> Vec<Vec<WorkPiece>
 }
 
 /// Runs `measure-plan`.
+/// One plan's all-to-all in one round: backward, forward start delays and forward, per device.
+type Comm = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &MeasurePlanArgs, quiet: bool) -> Result<()> {
     if args.batch_size == 0 || args.reps == 0 || args.rounds == 0 || args.rounds > 1000 {
         anyhow::bail!(
@@ -267,7 +270,6 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     let rounds = args.rounds as usize;
     let mut set_times: Vec<Vec<SetTime>> = vec![Vec::with_capacity(rounds); sets.len()];
     // comm[plan][round] = (bw, delays, fw) per device
-    type Comm = (Vec<f64>, Vec<f64>, Vec<f64>);
     let mut comm: Vec<Vec<Comm>> = vec![Vec::with_capacity(rounds); docs.len()];
     let mut cache = BagCache::default();
     let mut rng = ChaCha8Rng::seed_from_u64(task_seed(args.seed, 0x4A55));
@@ -314,13 +316,14 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         eprintln!("\rmeasured {done}/{total_sets} set timings, {retimed} outlier timings taken again");
     }
     // The all-to-alls of every round, once its compute is final (the forward's start delays come from it).
-    for round in 0..rounds {
+    let round_totals: Vec<Vec<f64>> =
+        (0..rounds).map(|round| set_times.iter().map(|t| t[round].total_ms).collect()).collect();
+    for totals in &round_totals {
         let mut plan_order: Vec<usize> = (0..docs.len()).collect();
         plan_order.shuffle(&mut rng);
         for &p in &plan_order {
             let (_, doc, _) = &docs[p];
-            let compute: Vec<f64> =
-                plan_sets[p].iter().map(|s| s.map_or(0.0, |s| set_times[s][round].total_ms)).collect();
+            let compute: Vec<f64> = plan_sets[p].iter().map(|s| s.map_or(0.0, |s| totals[s])).collect();
             let c = if args.comm_from_plan {
                 let d = &doc.report.devices;
                 (

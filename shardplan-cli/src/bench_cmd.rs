@@ -404,7 +404,7 @@ fn measure(args: &BenchArgs, bin: &Path, docs: &[PathBuf], out_path: &Path, seed
         }
     }
     let text = std::fs::read_to_string(out_path).with_context(|| format!("reading {}", out_path.display()))?;
-    Ok(MeasuredPlans::from_json(&text).with_context(|| format!("parsing {}", out_path.display()))?)
+    MeasuredPlans::from_json(&text).with_context(|| format!("parsing {}", out_path.display()))
 }
 
 fn mean(v: &[f64]) -> Option<f64> {

@@ -22,6 +22,7 @@
 //! measurement is kept once written. Rerunning the same command continues where it stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -428,7 +429,7 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
         }
         cells.insert(label, judge_summary(&judged, &opts.planners));
     }
-    let samples = load_profile(&opts.profile_dir(round)).map(|m| m.card().compute.dataset.samples).unwrap_or(0);
+    let samples = load_profile(&opts.profile_dir(round)).map_or(0, |m| m.card().compute.dataset.samples);
     Ok(RoundReport { round, samples, cells })
 }
 
@@ -503,39 +504,40 @@ fn measured_keys(opts: &CalibrateOptions, round: usize) -> Result<BTreeSet<Strin
 /// whole table made row-wise over every device (TorchRec's equal split), or a whole table halved
 /// column-wise with the new half on another device. Only plans that fit memory are kept.
 fn neighbours(task: &Task, plan: &Plan, count: usize, rng: &mut ChaCha8Rng) -> Vec<Plan> {
-    let n = task.devices.count();
+    let devices = task.devices.count();
     let mut out = Vec::new();
     for _ in 0..count * 4 {
-        if out.len() >= count || n < 2 {
+        if out.len() >= count || devices < 2 {
             break;
         }
         let mut pieces: Vec<Piece> = plan.pieces().to_vec();
-        let i = rng.random_range(0..pieces.len());
+        let pick = rng.random_range(0..pieces.len());
         match rng.random_range(0..4u32) {
-            0 => pieces[i].device = (pieces[i].device + rng.random_range(1..n)) % n,
+            0 => pieces[pick].device = (pieces[pick].device + rng.random_range(1..devices)) % devices,
             1 => {
-                let j = rng.random_range(0..pieces.len());
-                let (a, b) = (pieces[i].device, pieces[j].device);
-                pieces[i].device = b;
-                pieces[j].device = a;
+                let other = rng.random_range(0..pieces.len());
+                let (first, second) = (pieces[pick].device, pieces[other].device);
+                pieces[pick].device = second;
+                pieces[other].device = first;
             }
             2 => {
-                let t = pieces[i].table_id;
-                let table = &task.tables[t];
-                if pieces.iter().filter(|p| p.table_id == t).count() != 1 || table.rows < n as u64 {
+                let table_id = pieces[pick].table_id;
+                let table = &task.tables[table_id];
+                if pieces.iter().filter(|p| p.table_id == table_id).count() != 1 || table.rows < devices as u64 {
                     continue;
                 }
-                pieces.retain(|p| p.table_id != t);
-                let per = table.rows.div_ceil(n as u64);
-                for d in 0..n {
-                    let offset = per * d as u64;
-                    if offset < table.rows {
-                        pieces.push(Piece::row_range(t, table.dim, d, offset, per.min(table.rows - offset)));
+                pieces.retain(|p| p.table_id != table_id);
+                let mut offset = 0u64;
+                let split = planner_core::planners::torchrec::row_split(table.rows, task.devices.mem_cap_bytes());
+                for (d, count) in split.into_iter().enumerate() {
+                    if count > 0 {
+                        pieces.push(Piece::row_range(table_id, table.dim, d, offset, count));
                     }
+                    offset += count;
                 }
             }
             _ => {
-                let p = pieces[i];
+                let p = pieces[pick];
                 if p.rows.is_some()
                     || p.dim < 8
                     || !(p.dim / 2).is_multiple_of(4)
@@ -544,13 +546,13 @@ fn neighbours(task: &Task, plan: &Plan, count: usize, rng: &mut ChaCha8Rng) -> V
                     continue;
                 }
                 let half = p.dim / 2;
-                pieces[i].dim = half;
-                pieces.push(Piece::cols(p.table_id, half, half, (p.device + rng.random_range(1..n)) % n));
+                pieces[pick].dim = half;
+                pieces.push(Piece::cols(p.table_id, half, half, (p.device + rng.random_range(1..devices)) % devices));
             }
         }
         if let Ok(candidate) = Plan::new(task, pieces) {
             let bytes = candidate
-                .pieces_by_device(n)
+                .pieces_by_device(devices)
                 .iter()
                 .map(|idx| {
                     idx.iter()
@@ -677,4 +679,74 @@ fn propose(opts: &CalibrateOptions, round: usize, model: &NeuralModel) -> Result
     }
     eprintln!("calibrate: round {round} proposes {} sets to measure", chosen.len());
     Ok(chosen)
+}
+
+/// Prices every set of a request file with the profile at `dir`: CSV `line,key,pieces,predicted_ms,low_ms,
+/// high_ms,members_ms[,measured_ms,measured_at_reference_ms]` (members separated by `;`). With `measured`,
+/// the compute dataset `shardplan-collect sets` wrote for the same file is joined by sample index, its
+/// times also given at the profile's reference speed when both have one.
+pub fn predict(dir: &Path, requests: &Path, measured: Option<&Path>) -> Result<String> {
+    let model = load_profile(dir)?;
+    let text = std::fs::read_to_string(requests).with_context(|| format!("reading {}", requests.display()))?;
+    let mut by_index: BTreeMap<u64, (f64, Option<f64>)> = BTreeMap::new();
+    if let Some(path) = measured {
+        let text = crate::data::read_text(path)?;
+        for r in planner_core::dataset::parse_dataset(
+            &path.display().to_string(),
+            &text,
+            planner_core::dataset::HardwarePolicy::Single,
+        )? {
+            if let Measurement::Compute { total, .. } = &r.measurement {
+                by_index.insert(r.sample_index, (total.median_ms, r.conditions.and_then(|c| c.reference_ms)));
+            }
+        }
+    }
+    let reference = model.card().compute.reference_ms;
+    let z = model.interval_z();
+    let mut out = String::from("line,key,pieces,predicted_ms,low_ms,high_ms,members_ms");
+    if measured.is_some() {
+        out.push_str(",measured_ms,measured_at_reference_ms");
+    }
+    out.push('\n');
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let context = format!("{} line {}", requests.display(), i + 1);
+        let req: SetRequest = serde_json::from_str(line).with_context(|| context.clone())?;
+        let pieces = req.validate(&context)?;
+        let refs: Vec<PieceRef<'_>> = pieces
+            .iter()
+            .map(|(t, rows, _)| PieceRef { table: t, dim: t.dim, rows: rows.map_or(t.rows, |r| r.count) })
+            .collect();
+        let members = model.compute_members_ms(&refs)?;
+        let mean = model.compute_ms(&refs)?;
+        let sd = if members.len() > 1 {
+            let m = members.iter().sum::<f64>() / members.len() as f64;
+            (members.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (members.len() - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        let half = z.map_or(0.0, |z| z * sd);
+        let _ = write!(
+            out,
+            "{i},{},{},{mean:.4},{:.4},{:.4},{}",
+            req.key.replace(',', ";"),
+            pieces.len(),
+            (mean - half).max(0.0),
+            mean + half,
+            members.iter().map(|m| format!("{m:.4}")).collect::<Vec<_>>().join(";")
+        );
+        if measured.is_some() {
+            match by_index.get(&(i as u64)) {
+                Some((ms, r)) => {
+                    let at = match (reference, r) {
+                        (Some(nominal), Some(r)) => format!("{:.4}", ms * nominal / r),
+                        _ => String::new(),
+                    };
+                    let _ = write!(out, ",{ms:.4},{at}");
+                }
+                None => out.push_str(",,"),
+            }
+        }
+        out.push('\n');
+    }
+    Ok(out)
 }

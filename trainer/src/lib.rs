@@ -24,6 +24,7 @@ pub mod rl;
 pub mod train;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -231,23 +232,19 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             "train"
         }
     };
-    let rows: String = data
-        .compute
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let rows_split = s.pieces.iter().filter(|(t, r)| *r < t.rows).count();
-            format!(
-                "{i},{},{:.6},{:.6},{},{},{}\n",
-                split_of(i),
-                s.target_ms,
-                pred[i],
-                s.pieces.len(),
-                rows_split,
-                s.pieces.iter().map(|(t, r)| t.block_bytes(*r, t.dim)).sum::<u64>()
-            )
-        })
-        .collect();
+    let mut rows = String::new();
+    for (i, s) in data.compute.iter().enumerate() {
+        let rows_split = s.pieces.iter().filter(|(t, r)| *r < t.rows).count();
+        let bytes = s.pieces.iter().map(|(t, r)| t.block_bytes(*r, t.dim)).sum::<u64>();
+        let _ = writeln!(
+            rows,
+            "{i},{},{:.6},{:.6},{},{rows_split},{bytes}",
+            split_of(i),
+            s.target_ms,
+            pred[i],
+            s.pieces.len()
+        );
+    }
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     write_atomic(
         &opts.out.join("predictions.csv"),

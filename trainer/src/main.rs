@@ -21,52 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a profile from datasets and write it (card.json + ONNX graphs) to --out.
-    Profile {
-        /// Profile name (selects it in the planner).
-        #[arg(long)]
-        name: String,
-        /// Dataset files (`.jsonl` or `.jsonl.gz`): compute and comm records.
-        #[arg(long = "data", required = true, num_args = 1..)]
-        datasets: Vec<PathBuf>,
-        /// Datasets measured on tables disjoint from the training tables (unseen-table metrics).
-        #[arg(long = "unseen", num_args = 1..)]
-        unseen: Vec<PathBuf>,
-        /// Output directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Epochs per model.
-        #[arg(long, default_value_t = 200)]
-        epochs: usize,
-        /// Mini-batch size.
-        #[arg(long, default_value_t = 512)]
-        batch: usize,
-        /// Adam learning rate.
-        #[arg(long, default_value_t = 1e-3)]
-        lr: f64,
-        /// Seed of initialisation, splits and shuffles.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Compute networks in the ensemble (each further one from the next seed, on a bootstrap
-        /// resample); 1 gives a single model with no prediction interval.
-        #[arg(long, default_value_t = 5)]
-        members: usize,
-        /// Loss of the compute model: `mse` (ms², SPEC section 5) or `relative`.
-        #[arg(long, value_enum, default_value_t = trainer::models::Loss::Mse)]
-        loss: trainer::models::Loss,
-        /// Share of held-out samples the prediction interval is calibrated to cover.
-        #[arg(long, default_value_t = 0.9)]
-        coverage: f64,
-        /// NeuroShard's own feature scheme (every feature z-scored raw) instead of pooling factor and
-        /// rows taken as ln(1 + x) first.
-        #[arg(long)]
-        plain_features: bool,
-        /// Continue from the checkpoints in OUT/checkpoints.
-        #[arg(long)]
-        resume: bool,
-        /// No progress bars.
-        #[arg(long)]
-        quiet: bool,
-    },
+    Profile(ProfileArgs),
     /// Train the AutoShard placement policy (LSTM actor-critic with V-trace targets) on the h100
     /// compute model and write it (policy.json + ONNX graphs + curve.csv) to --out.
     Autoshard {
@@ -95,6 +50,20 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Price the sets of a request file (`shardplan.set-request/v1` lines, as `shardplan-collect sets`
+    /// reads) with a profile: one CSV line per set with the mean, every member and the interval; with
+    /// `--measured`, the dataset `shardplan-collect sets` wrote for the same file is joined by line.
+    Predict {
+        /// Profile directory.
+        #[arg(long)]
+        profile: PathBuf,
+        /// Set requests.
+        #[arg(long)]
+        requests: PathBuf,
+        /// The measured dataset of the same requests (optional).
+        #[arg(long)]
+        measured: Option<PathBuf>,
+    },
     /// Measure a profile's evaluation speed: incremental shard evaluations per second and the
     /// end-to-end graph's latency.
     Bench {
@@ -112,6 +81,67 @@ enum Command {
     /// Train a DreamShard policy (cost network + policy network, REINFORCE on the estimated MDP) and
     /// write it (policy.json + ONNX graphs + curve.json) to --out.
     Dreamshard(DreamShardArgs),
+}
+
+/// The machine speed the compute targets are taken at.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Speed {
+    Reference,
+    Measured,
+}
+
+/// Arguments of `shardplan-train profile`.
+#[derive(clap::Args)]
+struct ProfileArgs {
+    /// Profile name (selects it in the planner).
+    #[arg(long)]
+    name: String,
+    /// Dataset files (`.jsonl` or `.jsonl.gz`): compute and comm records.
+    #[arg(long = "data", required = true, num_args = 1..)]
+    datasets: Vec<PathBuf>,
+    /// Datasets measured on tables disjoint from the training tables (unseen-table metrics).
+    #[arg(long = "unseen", num_args = 1..)]
+    unseen: Vec<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Epochs per model.
+    #[arg(long, default_value_t = 200)]
+    epochs: usize,
+    /// Mini-batch size.
+    #[arg(long, default_value_t = 512)]
+    batch: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Seed of initialisation, splits and shuffles.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Compute networks in the ensemble (each further one from the next seed, on a bootstrap
+    /// resample); 1 gives a single model with no prediction interval.
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    /// Loss of the compute model: `mse` (ms², SPEC section 5) or `relative`.
+    #[arg(long, value_enum, default_value_t = trainer::models::Loss::Mse)]
+    loss: trainer::models::Loss,
+    /// Share of held-out samples the prediction interval is calibrated to cover.
+    #[arg(long, default_value_t = 0.9)]
+    coverage: f64,
+    /// NeuroShard's own feature scheme (every feature z-scored raw) instead of pooling factor and
+    /// rows taken as ln(1 + x) first.
+    #[arg(long)]
+    plain_features: bool,
+    /// `reference`: train on the times at one machine speed (each target scaled by the dataset's
+    /// median reference-kernel reading over the sample's own; needs a reading on every sample);
+    /// `measured`: on the times as measured (`docs/COST_MODELS.md`, "Speed").
+    #[arg(long, value_enum, default_value_t = Speed::Reference)]
+    speed: Speed,
+    /// Continue from the checkpoints in OUT/checkpoints.
+    #[arg(long)]
+    resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// Arguments of `shardplan-train calibrate`.
@@ -525,46 +555,47 @@ fn autoshard(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (name, datasets, unseen, out, epochs, batch, lr, seed, members, loss, coverage, plain_features, resume, quiet) =
-        match cli.command {
-            Command::Profile {
-                name,
-                datasets,
-                unseen,
-                out,
-                epochs,
-                batch,
-                lr,
-                seed,
-                members,
-                loss,
-                coverage,
-                plain_features,
-                resume,
-                quiet,
-            } => (
-                name,
-                datasets,
-                unseen,
-                out,
-                epochs,
-                batch,
-                lr,
-                seed,
-                members,
-                loss,
-                coverage,
-                plain_features,
-                resume,
-                quiet,
-            ),
-            Command::Bench { profile, sets } => return bench(&profile, sets),
-            Command::Dreamshard(args) => return dreamshard_cmd(&args),
-            Command::Calibrate(args) => return calibrate_cmd(&args),
-            Command::Autoshard { out, seed, updates, actors, tables, lr, eval_every, quiet } => {
-                return autoshard(out, seed, updates, actors, &tables, lr, eval_every, quiet);
+    match cli.command {
+        Command::Profile(args) => profile_cmd(args),
+        Command::Bench { profile, sets } => bench(&profile, sets),
+        Command::Predict { profile, requests, measured } => {
+            match trainer::calibrate::predict(&profile, &requests, measured.as_deref()) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
             }
-        };
+        }
+        Command::Dreamshard(args) => dreamshard_cmd(&args),
+        Command::Calibrate(args) => calibrate_cmd(&args),
+        Command::Autoshard { out, seed, updates, actors, tables, lr, eval_every, quiet } => {
+            autoshard(out, seed, updates, actors, &tables, lr, eval_every, quiet)
+        }
+    }
+}
+
+fn profile_cmd(a: ProfileArgs) -> ExitCode {
+    let ProfileArgs {
+        name,
+        datasets,
+        unseen,
+        out,
+        epochs,
+        batch,
+        lr,
+        seed,
+        members,
+        loss,
+        coverage,
+        plain_features,
+        speed,
+        resume,
+        quiet,
+    } = a;
     let bad = |field: &str, value: String, allowed: &str| {
         eprintln!("error: `{field}` = {value} is invalid: {allowed}");
         ExitCode::FAILURE
@@ -589,7 +620,7 @@ fn main() -> ExitCode {
         loss,
         coverage,
         log_features: !plain_features,
-        speed_normalise: true,
+        speed_normalise: speed == Speed::Reference,
         resume,
         command,
     };

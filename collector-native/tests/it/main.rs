@@ -245,14 +245,14 @@ fn small_plan(path: &Path, devices: &[usize], planner: &str) {
 #[test]
 fn measure_plan_reports_the_planners_breakdown() {
     use planner_core::document::MeasuredPlans;
-    let (a, b) = (tmp("plan-a.json"), tmp("plan-b.json"));
-    small_plan(&a, &[0, 1, 0, 1], "first");
-    small_plan(&b, &[0, 1, 1, 0], "second");
+    let (first, second) = (tmp("plan-a.json"), tmp("plan-b.json"));
+    small_plan(&first, &[0, 1, 0, 1], "first");
+    small_plan(&second, &[0, 1, 1, 0], "second");
     let out = tmp("measured.json");
     let o = collect(&[
         "measure-plan",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
+        first.to_str().unwrap(),
+        second.to_str().unwrap(),
         "--batch-size",
         "32",
         "--warmup",

@@ -193,7 +193,7 @@ impl ModelCard {
         }
         check_norm(&self.name, "compute normalisation", &c.normalisation)?;
         if let Some(i) = &c.interval {
-            if !(i.z.is_finite() && i.z > 0.0) || !(0.0..=1.0).contains(&i.coverage) {
+            if !(i.z.is_finite() && i.z > 0.0 && (0.0..=1.0).contains(&i.coverage)) {
                 return mismatch(
                     "compute interval",
                     "z > 0 and coverage in [0, 1]".into(),

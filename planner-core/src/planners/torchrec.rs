@@ -387,6 +387,7 @@ fn column_block(dim: u32) -> u32 {
 
 /// Row counts per rank: `_calculate_rw_shard_sizes_and_offsets`, or the uneven variant (in proportion
 /// to the HBM caps) when the caps differ, as TorchRec does with a custom topology.
+#[must_use]
 pub fn row_split(rows: u64, caps: &[u64]) -> Vec<u64> {
     let n = caps.len();
     if caps.iter().all(|&c| c == caps[0]) {

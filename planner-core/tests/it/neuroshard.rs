@@ -253,6 +253,22 @@ fn refine_never_worsens_and_keeps_plans_valid() {
 /// (one range per device, TorchRec's split), and can make it whole again.
 #[test]
 fn refine_makes_a_hot_table_row_wise_in_torchrecs_layout() {
+    // A model that charges each piece for the whole table.
+    struct Whole(AnalyticalModel);
+    impl CostModel for Whole {
+        fn name(&self) -> String {
+            "whole".into()
+        }
+        fn compute_ms(&self, set: &[PieceRef<'_>]) -> planner_core::Result<f64> {
+            self.0.compute_ms(&set.iter().map(|p| PieceRef::whole(p.table, p.dim)).collect::<Vec<_>>())
+        }
+        fn bw_comm_ms(&self, dims: &[f64]) -> planner_core::Result<Vec<f64>> {
+            self.0.bw_comm_ms(dims)
+        }
+        fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> planner_core::Result<Vec<f64>> {
+            self.0.fw_comm_ms(dims, delays_ms)
+        }
+    }
     let mut tables = vec![table("hot", 400_000, 64, 60.0)];
     tables.extend((0..3).map(|i| table(&format!("small{i}"), 1000, 16, 1.0)));
     let task = Task::new(tables, Devices::uniform(4, 1 << 30).unwrap()).unwrap();
@@ -271,21 +287,6 @@ fn refine_makes_a_hot_table_row_wise_in_torchrecs_layout() {
     assert!(cost(&task, &refined, &model) < cost(&task, &plan, &model));
     // From the row-wise plan, on a model that charges each piece for the whole table, refinement
     // makes the table whole again.
-    struct Whole(AnalyticalModel);
-    impl CostModel for Whole {
-        fn name(&self) -> String {
-            "whole".into()
-        }
-        fn compute_ms(&self, set: &[PieceRef<'_>]) -> planner_core::Result<f64> {
-            self.0.compute_ms(&set.iter().map(|p| PieceRef::whole(p.table, p.dim)).collect::<Vec<_>>())
-        }
-        fn bw_comm_ms(&self, dims: &[f64]) -> planner_core::Result<Vec<f64>> {
-            self.0.bw_comm_ms(dims)
-        }
-        fn fw_comm_ms(&self, dims: &[f64], delays_ms: &[f64]) -> planner_core::Result<Vec<f64>> {
-            self.0.fw_comm_ms(dims, delays_ms)
-        }
-    }
     let whole = Whole(AnalyticalModel::default());
     let (back, _) = refine(&task, &refined, &PlanContext::new(&whole, 0), &RefineConfig::default()).unwrap();
     assert!(back.pieces().iter().all(|p| p.rows.is_none()), "{:?}", back.pieces());
