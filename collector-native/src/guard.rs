@@ -15,8 +15,8 @@
 //!   (`docs/COST_MODELS.md`, "Speed").
 //!
 //! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, … 30 s at
-//! most, about five minutes over the default twelve tries); after `retries` the run stops with an error naming the readings (a collection resumes with
-//! `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
+//! most, about five minutes over the default twelve tries); after `retries` the run stops with an
+//! error naming the readings (a collection resumes with `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
 //! kernel judges.
 
 use std::time::Duration;

@@ -413,9 +413,8 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             violations,
             devices,
         };
-        if !quiet {
-            print_comparison(path, &doc.report, &measured, &round_costs);
-        }
+        // The result itself, not progress: printed under --quiet too.
+        print_comparison(path, &doc.report, &measured, &round_costs);
         out.push(MeasuredPlan {
             plan: path.clone(),
             planner: doc.planner.clone(),

@@ -358,7 +358,7 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
         assert_eq!(s["plans"], 8, "{m}");
         assert!((s["kendall_tau_mean"].as_f64().unwrap() - tau).abs() < 1e-9, "{m}");
         assert_eq!(s["same_winner"], if factor > 0 { 2 } else { 0 }, "{m}");
-        assert_eq!(s["measurement_cv_pct"].as_f64().unwrap(), 0.0, "{m}");
+        assert!(s["measurement_cv_pct"].as_f64().unwrap().abs() < 1e-9, "{m}");
         if factor > 0 {
             // Measured = predicted: no error, and neuroshard is compared with each baseline.
             assert!(s["accuracy"]["plan_mape_pct"].as_f64().unwrap() < 1e-9, "{m}");
