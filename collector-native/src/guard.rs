@@ -8,8 +8,9 @@
 //! * **A reference kernel**: a fixed fused set (about 1 GB of weights, DRAM-bound like the sets that
 //!   matter) timed right after the sample and compared with the *machine's* reference time. It catches
 //!   what accounting cannot see: a neighbour on the same host competing for the last-level cache and
-//!   memory bandwidth, or a slower clock. Its baseline is the median of five readings when the guard
-//!   starts, so it catches a change during a run. Every reading is also kept with the sample
+//!   memory bandwidth, or a slower clock. Its baseline is the median of the latest nine readings (five
+//!   taken when the guard starts), so it catches a change lasting a few samples and follows the host's
+//!   slow drift instead of stalling on it. Every reading is also kept with the sample
 //!   (`Conditions::reference_ms`): on a shared cloud host the whole machine drifts by up to 1.6× over
 //!   minutes, and the trainer and the bench can express times at one reference speed
 //!   (`docs/COST_MODELS.md`, "Speed").
@@ -19,6 +20,7 @@
 //! error naming the readings (a collection resumes with `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
 //! kernel judges.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -109,13 +111,32 @@ impl Default for GuardLimits {
 struct Reference {
     tables: Vec<TableSpec>,
     bags: Vec<Bags>,
-    baseline_ms: f64,
+    /// The latest readings, kept or not (at most `RECENT_READINGS`); the baseline is their median.
+    recent: VecDeque<f64>,
+}
+
+impl Reference {
+    fn baseline_ms(&self) -> f64 {
+        median(&self.recent.iter().copied().collect::<Vec<_>>())
+    }
+
+    fn record(&mut self, ms: f64) {
+        if self.recent.len() == RECENT_READINGS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ms);
+    }
 }
 
 /// Timed runs of one reference reading (after one untimed run).
 const REFERENCE_REPS: u32 = 3;
-/// Readings the baseline is the median of.
+/// Readings taken when the guard starts.
 const BASELINE_READINGS: usize = 5;
+/// Readings the baseline is the median of: the latest ones, whether their sample was kept or not. A
+/// slowdown lasting a few samples is refused; a host that drifts for minutes (seen here: 1.6× and more)
+/// moves the baseline within about five readings, and every sample keeps its own reading for the
+/// trainer and the judge to scale by.
+const RECENT_READINGS: usize = 9;
 
 fn reference_set(batch: u32) -> Result<(Vec<TableSpec>, Vec<Bags>)> {
     let pool = dlrm_pool()?;
@@ -165,14 +186,14 @@ impl Guard {
         for _ in 0..BASELINE_READINGS {
             readings.push(time_reference(backend, &tables, &bags)?);
         }
-        g.reference = Some(Reference { tables, bags, baseline_ms: median(&readings) });
+        g.reference = Some(Reference { tables, bags, recent: readings.into() });
         Ok(g)
     }
 
     /// The reference kernel's baseline, ms (`None` for a guard that is off).
     #[must_use]
     pub fn baseline_ms(&self) -> Option<f64> {
-        self.reference.as_ref().map(|r| r.baseline_ms)
+        self.reference.as_ref().map(Reference::baseline_ms)
     }
 
     /// Runs `measure` until the guard finds the machine was quiet while it ran, pausing between tries;
@@ -228,13 +249,14 @@ impl Guard {
             (Some(b), Some(a)) => usage_pct(b, a),
             _ => (0.0, 0.0),
         };
-        let reference_ms = match (&self.reference, with_reference) {
-            (Some(r), true) => Some(time_reference(backend, &r.tables, &r.bags)?),
-            _ => None,
-        };
-        let reference_ratio = match (&self.reference, reference_ms) {
-            (Some(r), Some(ms)) => ms / r.baseline_ms,
-            _ => 1.0,
+        let (reference_ms, reference_ratio) = match (&mut self.reference, with_reference) {
+            (Some(r), true) => {
+                let ms = time_reference(backend, &r.tables, &r.bags)?;
+                let ratio = ms / r.baseline_ms();
+                r.record(ms);
+                (Some(ms), ratio)
+            }
+            _ => (None, 1.0),
         };
         let conditions = Conditions { other_busy_pct, steal_pct, reference_ratio, reference_ms, retries };
         let l = self.limits;

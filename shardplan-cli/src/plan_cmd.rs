@@ -121,6 +121,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             println!("device {}: {}", d.device, d.pieces.join(", "));
         }
     }
+    if let Some([lo, hi]) = report.cost_interval_ms {
+        println!("predicted cost interval {lo:.3}–{hi:.3} ms (the ensemble's calibrated interval)");
+    }
     println!(
         "cost {:.3} ms per iteration (bottleneck: device {}); fits memory (usable bytes): {}; split tables: {} ({} row-wise)",
         report.cost_ms,
@@ -142,6 +145,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
 /// The per-device table of a report: memory terms (weights, optimizer state, buffers), their sum
 /// against the usable bytes (the cap less the rule's reservation), then the costs.
 pub fn device_table(report: &PlanReport) -> String {
+    // An ensemble's prediction interval of each device's compute, when the model has one.
+    let intervals = report.devices.iter().any(|d| d.compute_interval_ms.is_some());
     let rows: Vec<Vec<String>> = report
         .devices
         .iter()
@@ -152,7 +157,7 @@ pub fn device_table(report: &PlanReport) -> String {
             } else {
                 format!("{:.1}%", 100.0 * d.bytes as f64 / m.usable_bytes as f64)
             };
-            vec![
+            let mut row = vec![
                 d.device.to_string(),
                 d.pieces.len().to_string(),
                 format_bytes(m.weights_bytes),
@@ -167,27 +172,32 @@ pub fn device_table(report: &PlanReport) -> String {
                 format!("{:.3}", d.bw_comm_ms),
                 format!("{:.3}", d.total_ms),
                 if d.device == report.bottleneck_device { "<- bottleneck".into() } else { String::new() },
-            ]
+            ];
+            if intervals {
+                let interval = d.compute_interval_ms.map_or("-".into(), |[lo, hi]| format!("{lo:.3}–{hi:.3}"));
+                row.insert(10, interval);
+            }
+            row
         })
         .collect();
-    render_table(
-        &[
-            "device",
-            "pieces",
-            "weights",
-            "optimizer",
-            "buffers",
-            "bytes",
-            "usable",
-            "% of usable",
-            "dim sum",
-            "compute ms",
-            "fw comm ms",
-            "bw comm ms",
-            "total ms",
-            "",
-        ],
-        &rows,
-        false,
-    )
+    let mut headers = vec![
+        "device",
+        "pieces",
+        "weights",
+        "optimizer",
+        "buffers",
+        "bytes",
+        "usable",
+        "% of usable",
+        "dim sum",
+        "compute ms",
+        "fw comm ms",
+        "bw comm ms",
+        "total ms",
+        "",
+    ];
+    if intervals {
+        headers.insert(10, "compute interval ms");
+    }
+    render_table(&headers, &rows, false)
 }
