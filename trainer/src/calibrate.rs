@@ -89,8 +89,39 @@ pub struct CalibrateOptions {
     pub measure_rounds: u32,
     /// Neighbour plans generated around each task's best plan.
     pub neighbours: usize,
+    /// How every set is timed.
+    pub timing: CollectorTiming,
     /// The command line, recorded in the profiles' cards.
     pub command: String,
+}
+
+/// How the collector times every set of the loop (compute, requested sets, held-out plans).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectorTiming {
+    /// Untimed runs before the timed ones.
+    pub warmup: u32,
+    /// Timed runs (their median is the sample).
+    pub reps: u32,
+    /// Flush the last-level cache before every run (what the protocol prescribes).
+    pub flush: bool,
+    /// The contention guard (off only where measurements run beside each other, as in the tests).
+    pub guard: bool,
+}
+
+impl Default for CollectorTiming {
+    fn default() -> Self {
+        Self { warmup: 2, reps: 10, flush: true, guard: true }
+    }
+}
+
+impl CollectorTiming {
+    fn args(self) -> Vec<String> {
+        let mut a = vec!["--warmup".to_string(), self.warmup.to_string(), "--reps".into(), self.reps.to_string()];
+        if !self.flush {
+            a.push("--no-flush".into());
+        }
+        a
+    }
 }
 
 /// What is done, kept in `state.json`.
@@ -182,6 +213,9 @@ impl CalibrateOptions {
     fn collector(&self) -> Command {
         let mut c = Command::new(&self.collector);
         c.args(["--backend", &self.backend, "--quiet"]);
+        if !self.timing.guard {
+            c.arg("--no-guard");
+        }
         c
     }
 }
@@ -234,19 +268,11 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
     };
     stage(&mut state, "initial sets", &mut || {
         let mut c = opts.collector();
-        c.args([
-            "compute",
-            "--sampler",
-            "mixed",
-            "--resume",
-            "--warmup",
-            "2",
-            "--samples",
-            &opts.initial_samples.to_string(),
-        ])
-        .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
-        .args(["--mem-cap", &opts.mem_cap, "--out"])
-        .arg(opts.data_dir().join("compute_initial.jsonl"));
+        c.args(["compute", "--sampler", "mixed", "--resume", "--samples", &opts.initial_samples.to_string()])
+            .args(opts.timing.args())
+            .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
+            .args(["--mem-cap", &opts.mem_cap, "--out"])
+            .arg(opts.data_dir().join("compute_initial.jsonl"));
         run(c, "initial sets")
     })?;
     for d in opts.devices() {
@@ -288,7 +314,9 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
                 return Ok(());
             }
             let mut c = opts.collector();
-            c.args(["sets", "--resume", "--warmup", "2", "--batch-size", &opts.batch.to_string(), "--requests"])
+            c.args(["sets", "--resume", "--batch-size", &opts.batch.to_string()])
+                .args(opts.timing.args())
+                .arg("--requests")
                 .arg(&requests)
                 .arg("--out")
                 .arg(opts.data_dir().join(format!("sets_round_{round}.jsonl")));
@@ -401,6 +429,7 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
             if !out.is_file() {
                 let mut c = opts.collector();
                 c.arg("measure-plan").args(&paths).args(["--batch-size", &opts.batch.to_string()]);
+                c.args(opts.timing.args());
                 c.args([
                     "--rounds",
                     &opts.measure_rounds.to_string(),
@@ -434,30 +463,29 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
 }
 
 fn print_report(r: &RoundReport) {
+    // A figure that could not be computed (no task, one round, ties only) prints as "-".
+    let show = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.filter(|x| x.is_finite()).map_or_else(|| "-".into(), f);
     for (cell, s) in &r.cells {
         let a = s.accuracy_at_reference_speed.as_ref().unwrap_or(&s.accuracy);
         eprintln!(
-            "round {} {cell}: {} tasks, plan MAPE {:.1}% as measured, {} at the reference speed (bias {:+.1}%), device MAPE {:.1}%, tau {:.2}, interval coverage {}, judge cv {:.1}%",
+            "round {} {cell}: {} tasks, plan MAPE {} as measured, {} at the reference speed (bias {}), device MAPE {}, tau {}, interval coverage {}, judge cv {}",
             r.round,
             s.tasks,
-            s.accuracy.plan_mape_pct.unwrap_or(f64::NAN),
-            s.accuracy_at_reference_speed
-                .as_ref()
-                .and_then(|x| x.plan_mape_pct)
-                .map_or_else(|| "-".into(), |v| format!("{v:.1}%")),
-            a.plan_bias_pct.unwrap_or(f64::NAN),
-            a.device_mape_pct.unwrap_or(f64::NAN),
-            s.kendall_tau_mean.unwrap_or(f64::NAN),
-            a.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
-            s.measurement_cv_pct.unwrap_or(f64::NAN),
+            show(s.accuracy.plan_mape_pct, &|v| format!("{v:.1}%")),
+            show(s.accuracy_at_reference_speed.as_ref().and_then(|x| x.plan_mape_pct), &|v| format!("{v:.1}%")),
+            show(a.plan_bias_pct, &|v| format!("{v:+.1}%")),
+            show(a.device_mape_pct, &|v| format!("{v:.1}%")),
+            show(s.kendall_tau_mean, &|v| format!("{v:.2}")),
+            show(a.interval_coverage, &|c| format!("{:.0}%", 100.0 * c)),
+            show(s.measurement_cv_pct, &|v| format!("{v:.1}%")),
         );
         for p in &s.planners {
             eprintln!(
                 "    {:<20} solved {:>2}  predicted {:>8}  measured {:>8}",
                 p.planner,
                 p.solved,
-                p.predicted_mean_ms.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
-                p.measured_mean_ms.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+                show(p.predicted_mean_ms, &|v| format!("{v:.2}")),
+                show(p.measured_mean_ms, &|v| format!("{v:.2}"))
             );
         }
     }

@@ -220,6 +220,18 @@ struct CalibrateArgs {
     /// Neighbour plans around each training task's best plan.
     #[arg(long, default_value_t = 8)]
     neighbours: usize,
+    /// Untimed runs before the timed ones, every set.
+    #[arg(long, default_value_t = 2)]
+    warmup: u32,
+    /// Timed runs per set (the sample is their median).
+    #[arg(long, default_value_t = 10)]
+    reps: u32,
+    /// Do not flush the last-level cache before every run (the records say so).
+    #[arg(long)]
+    no_flush: bool,
+    /// Turn the contention guard off (only where measurements run beside each other, as in tests).
+    #[arg(long)]
+    no_guard: bool,
 }
 
 fn calibrate_cmd(a: &CalibrateArgs) -> ExitCode {
@@ -262,6 +274,12 @@ fn calibrate_cmd(a: &CalibrateArgs) -> ExitCode {
             loss: a.loss,
             measure_rounds: a.measure_rounds,
             neighbours: a.neighbours,
+            timing: trainer::calibrate::CollectorTiming {
+                warmup: a.warmup,
+                reps: a.reps,
+                flush: !a.no_flush,
+                guard: !a.no_guard,
+            },
             command: std::env::args().collect::<Vec<_>>().join(" "),
         };
         let reports = calibrate(&opts)?;

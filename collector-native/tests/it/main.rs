@@ -474,3 +474,74 @@ fn bad_inputs_are_refused_with_the_field_and_value() {
     ]);
     assert!(!r.status.success() && stderr(&r).contains("batch_size"), "{}", stderr(&r));
 }
+
+/// The calibration loop end to end on a tiny CPU run: it measures initial sets and comm, trains,
+/// measures the held-out plans, proposes the sets of the planners' plans, measures them, retrains on
+/// more data and judges again. Then a run killed while measuring a round's sets (its dataset cut short
+/// and the stage not recorded, as a kill leaves them) resumes where it stopped: the samples already
+/// written are kept byte for byte and only the rest is measured.
+#[test]
+fn the_calibration_loop_measures_retrains_and_resumes() {
+    use trainer::calibrate::{CalibrateOptions, CollectorTiming, calibrate};
+    let out = std::env::temp_dir().join(format!("shardplan-calibrate-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let opts = CalibrateOptions {
+        collector: BIN.into(),
+        backend: "cpu".into(),
+        out: out.clone(),
+        name: "tiny".into(),
+        rounds: 1,
+        batch: 64,
+        cells: vec![(2, 4)],
+        train_tasks: 1,
+        holdout_tasks: 1,
+        planners: vec!["size".into(), "lookup".into()],
+        sets_per_round: 6,
+        initial_samples: 12,
+        comm_samples: 12,
+        comm_max_delay_ms: 5.0,
+        mem_cap: "1GiB".into(),
+        memory: planner_core::MemoryRule::from_parts("torchrec", None, None, None, None).unwrap(),
+        seed: 3,
+        train: trainer::train::TrainConfig { epochs: 3, batch: 8, lr: 1e-3, seed: 3, progress: false },
+        members: 2,
+        loss: trainer::models::Loss::Relative,
+        measure_rounds: 1,
+        neighbours: 2,
+        timing: CollectorTiming { warmup: 0, reps: 1, flush: false, guard: false },
+        command: "test".into(),
+    };
+    let reports = calibrate(&opts).unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0].samples, 12);
+    assert!(reports[1].samples > reports[0].samples, "round 1 trained on {} samples", reports[1].samples);
+    for r in &reports {
+        let cell = &r.cells["2x4"];
+        assert_eq!(cell.tasks, 1, "round {}: {cell:?}", r.round);
+        // The held-out plans were measured and priced: a plan MAPE exists.
+        assert!(cell.plans >= 1 && cell.accuracy.plan_mape_pct.is_some_and(f64::is_finite), "{cell:?}");
+        assert!(out.join(format!("holdout/round-{}/report.json", r.round)).is_file());
+    }
+    let profile = trainer::calibrate::load_profile(&out.join("profiles/round-1")).unwrap();
+    assert!(planner_core::cost::CostModel::name(&profile).contains("tiny"));
+    let sets = out.join("data/sets_round_0.jsonl");
+    let full = std::fs::read_to_string(&sets).unwrap();
+    assert_eq!(full.lines().count(), 6);
+
+    // Killed during round 0's measurement after three sets.
+    let kept: String = full.lines().take(3).flat_map(|l| [l, "\n"]).collect();
+    std::fs::write(&sets, &kept).unwrap();
+    let state_path = out.join("state.json");
+    let mut state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    let done = state["done"].as_array_mut().unwrap();
+    done.retain(|s| !matches!(s.as_str(), Some("round 0: measure" | "round 1: train" | "round 1: held-out")));
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    let initial_before = std::fs::read(out.join("data/compute_initial.jsonl")).unwrap();
+    let again = calibrate(&opts).unwrap();
+    let resumed = std::fs::read_to_string(&sets).unwrap();
+    assert_eq!(resumed.lines().count(), 6);
+    assert!(resumed.starts_with(&kept), "the samples written before the kill are kept");
+    assert_eq!(std::fs::read(out.join("data/compute_initial.jsonl")).unwrap(), initial_before);
+    assert_eq!(again[1].samples, reports[1].samples);
+    let _ = std::fs::remove_dir_all(&out);
+}
