@@ -42,6 +42,9 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
             profile_file!("h100", "compute_end_to_end.onnx"),
         ],
     },
+    // The CPU profile prices the collector's CPU backend on one machine: useful beside that collector,
+    // not in a browser, where its 0.46 MB (gzipped) of graphs would only weigh on the page.
+    #[cfg(not(target_arch = "wasm32"))]
     EmbeddedProfile {
         name: "cpu-xeon-2t",
         hardware: "the CPU backend on 2 vCPUs of an Intel Xeon cloud host (transparent huge pages), batch 4,096, \
