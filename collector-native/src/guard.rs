@@ -177,8 +177,8 @@ impl Guard {
         Self { limits: GuardLimits { retries: 0, ..GuardLimits::default() }, reference: None, pause: Duration::ZERO }
     }
 
-    /// Starts a guard: times the reference kernel `BASELINE_READINGS` times on `backend` at `batch` and
-    /// keeps the median as its baseline.
+    /// Starts a guard: times the reference kernel `BASELINE_READINGS` times on `backend` at `batch`; the
+    /// baseline is the median of the latest `RECENT_READINGS` readings from then on.
     pub fn start(backend: &mut dyn Backend, batch: u32, limits: GuardLimits) -> Result<Self> {
         let (tables, bags) = reference_set(batch)?;
         let mut g = Self { limits, reference: None, pause: Duration::from_secs(1) };
