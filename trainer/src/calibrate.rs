@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use planner_core::cost::{CostDefinition, CostModel, NeuralModel, PieceRef, evaluate};
+use planner_core::cost::{CostDefinition, CostModel, NeuralModel, PieceRef, evaluate, members_mean_sd};
 use planner_core::dataset::{Measurement, PieceRequest, SET_REQUEST_SCHEMA, SetRequest, TableRecord};
 use planner_core::document::{MeasuredPlans, PlanDocument};
 use planner_core::eval::{JudgeSummary, JudgedPlan, JudgedTask, judge_summary};
@@ -512,12 +512,7 @@ fn measured_keys(opts: &CalibrateOptions, round: usize) -> Result<BTreeSet<Strin
         if !path.is_file() {
             continue;
         }
-        let text = crate::data::read_text(&path)?;
-        for r in planner_core::dataset::parse_dataset(
-            &path.display().to_string(),
-            &text,
-            planner_core::dataset::HardwarePolicy::Single,
-        )? {
+        for r in read_records(&path)? {
             if let Measurement::Compute { tables, .. } = &r.measurement {
                 let pieces: Vec<(TableInput, Option<RowRange>)> =
                     tables.iter().map(|t: &TableRecord| (t.table.clone(), t.rows)).collect();
@@ -617,12 +612,9 @@ fn plan_sets(
         let refs: Vec<PieceRef<'_>> =
             idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
         let members = model.compute_members_ms(&refs)?;
-        let mean = members.iter().sum::<f64>() / members.len() as f64;
-        let sd = if members.len() > 1 {
-            (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (members.len() - 1) as f64).sqrt()
-        } else {
-            1.0
-        };
+        let (mean, sd) = members_mean_sd(&members);
+        // One member gives no spread: every set counts as equally uncertain.
+        let sd = if members.len() > 1 { sd } else { 1.0 };
         // Decisive: the device's total against the plan's cost (the bottleneck decides it).
         let share = report.devices[d].total_ms / report.cost_ms.max(1e-9);
         let decisive = if share >= 0.9 { 1.0 } else { 0.25 + 0.5 * share };
@@ -709,6 +701,16 @@ fn propose(opts: &CalibrateOptions, round: usize, model: &NeuralModel) -> Result
     Ok(chosen)
 }
 
+/// The records of one dataset the loop wrote (one machine).
+fn read_records(path: &Path) -> Result<Vec<planner_core::dataset::CostRecord>> {
+    let text = crate::data::read_text(path)?;
+    Ok(planner_core::dataset::parse_dataset(
+        &path.display().to_string(),
+        &text,
+        planner_core::dataset::HardwarePolicy::Single,
+    )?)
+}
+
 /// Prices every set of a request file with the profile at `dir`: CSV `line,key,pieces,predicted_ms,low_ms,
 /// high_ms,members_ms[,measured_ms,measured_at_reference_ms]` (members separated by `;`). With `measured`,
 /// the compute dataset `shardplan-collect sets` wrote for the same file is joined by sample index, its
@@ -718,12 +720,7 @@ pub fn predict(dir: &Path, requests: &Path, measured: Option<&Path>) -> Result<S
     let text = std::fs::read_to_string(requests).with_context(|| format!("reading {}", requests.display()))?;
     let mut by_index: BTreeMap<u64, (f64, Option<f64>)> = BTreeMap::new();
     if let Some(path) = measured {
-        let text = crate::data::read_text(path)?;
-        for r in planner_core::dataset::parse_dataset(
-            &path.display().to_string(),
-            &text,
-            planner_core::dataset::HardwarePolicy::Single,
-        )? {
+        for r in read_records(path)? {
             if let Measurement::Compute { total, .. } = &r.measurement {
                 by_index.insert(r.sample_index, (total.median_ms, r.conditions.and_then(|c| c.reference_ms)));
             }
@@ -746,12 +743,7 @@ pub fn predict(dir: &Path, requests: &Path, measured: Option<&Path>) -> Result<S
             .collect();
         let members = model.compute_members_ms(&refs)?;
         let mean = model.compute_ms(&refs)?;
-        let sd = if members.len() > 1 {
-            let m = members.iter().sum::<f64>() / members.len() as f64;
-            (members.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (members.len() - 1) as f64).sqrt()
-        } else {
-            0.0
-        };
+        let (_, sd) = members_mean_sd(&members);
         let half = z.map_or(0.0, |z| z * sd);
         let _ = write!(
             out,

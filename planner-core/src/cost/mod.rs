@@ -24,7 +24,7 @@ use crate::task::Task;
 pub use analytical::{AnalyticalModel, HardwareProfile};
 pub use card::ModelCard;
 pub use incremental::IncrementalCompute;
-pub use neural::NeuralModel;
+pub use neural::{NeuralModel, members_mean_sd};
 
 /// One piece of a table as a cost model sees it: the table's statistics, the piece's dim and its rows.
 ///

@@ -169,15 +169,21 @@ pub struct NeuralModel {
     risk: f64,
 }
 
-/// Mean of `members` plus `risk` standard deviations (sample sd; 0 for one member).
-fn risk_adjusted(members: &[f64], risk: f64) -> f64 {
+/// Mean and sample standard deviation of an ensemble's members' predictions (sd 0 for one member).
+#[must_use]
+pub fn members_mean_sd(members: &[f64]) -> (f64, f64) {
     let k = members.len() as f64;
     let mean = members.iter().sum::<f64>() / k.max(1.0);
-    if risk == 0.0 || members.len() < 2 {
-        return mean;
+    if members.len() < 2 {
+        return (mean, 0.0);
     }
-    let sd = (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
-    mean + risk * sd
+    (mean, (members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt())
+}
+
+/// Mean of `members` plus `risk` standard deviations (sample sd; 0 for one member).
+fn risk_adjusted(members: &[f64], risk: f64) -> f64 {
+    let (mean, sd) = members_mean_sd(members);
+    if risk == 0.0 { mean } else { mean + risk * sd }
 }
 
 impl NeuralModel {
