@@ -453,7 +453,9 @@ pub fn load_base_tables(path: Option<&Path>) -> Result<(Vec<TableSpec>, String)>
             let tables = if is_json {
                 planner_core::input::parse_tables_json(&text)
             } else {
-                planner_core::input::parse_tables_csv(&text, Some(4))
+                // The pool's statistics file has no `dim` column: its tables are measured at dim 4.
+                let has_dim = text.lines().next().is_some_and(|h| h.split(',').any(|c| c.trim() == "dim"));
+                planner_core::input::parse_tables_csv(&text, (!has_dim).then_some(4))
             }
             .with_context(|| format!("parsing --tables {}", p.display()))?;
             check_fp32(&tables)?;

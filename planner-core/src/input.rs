@@ -19,7 +19,15 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
         .map_err(|e| Error::Parse { context: "tables CSV header".into(), message: e.to_string() })?
         .clone();
     let col = |name: &str| headers.iter().position(|h| h == name);
-    for h in &headers {
+    for (i, h) in headers.iter().enumerate() {
+        if headers.iter().take(i).any(|x| x == h) {
+            return Err(Error::field(
+                "tables CSV header",
+                "column",
+                format!("{h:?}"),
+                "each column once (it appears twice)",
+            ));
+        }
         let is_bin = h.strip_prefix("bin_").and_then(|k| k.parse::<usize>().ok()).is_some_and(|k| k < NUM_BINS);
         if !is_bin && !CSV_COLUMNS.contains(&h) {
             return Err(Error::field(
@@ -36,6 +44,14 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
     let pf_col = col("pooling_factor")
         .ok_or_else(|| Error::field("tables CSV header", "pooling_factor", "missing", "a `pooling_factor` column"))?;
     let dim_col = col("dim");
+    if let (Some(_), Some(d)) = (dim_col, default_dim) {
+        return Err(Error::field(
+            "tables CSV",
+            "--dim",
+            d,
+            "no --dim: the file has a `dim` column (--dim is for a CSV without one)",
+        ));
+    }
     if dim_col.is_none() && default_dim.is_none() {
         return Err(Error::field(
             "tables CSV header",
@@ -281,6 +297,10 @@ mod tests {
         assert!(e.contains("`dim` = 6"), "{e}");
         let e = err(parse_tables_csv("name,rows,dim,pooling_factor\na,5,4,1\na,5,4,1\n", None));
         assert!(e.contains("\"a\""), "{e}");
+        let e = err(parse_tables_csv("name,rows,rows,dim,pooling_factor\na,5,7,4,1\n", None));
+        assert!(e.contains("\"rows\"") && e.contains("twice"), "{e}");
+        let e = err(parse_tables_csv("rows,dim,pooling_factor\n5,4,1e20\n", None));
+        assert!(e.contains("pooling_factor") && e.contains("1e20") || e.contains("100000000000000000000"), "{e}");
     }
 
     #[test]

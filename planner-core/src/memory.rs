@@ -683,13 +683,14 @@ mod tests {
             let m = rule.piece(&t, 1 << 40, 1 << 16, 2).unwrap();
             assert_eq!(m.weights_bytes + m.optimizer_bytes, (1 << 58) + (1 << 59));
         }
-        // A pooling factor that makes the input indices of one batch uncountable.
-        let hot = table(10, 4, 1e300, ElementType::Fp32, OptimizerState::None);
-        let e = MemoryRule::torchrec().piece(&hot, 10, 4, 2).unwrap_err();
+        // The largest pooling factor with a per-rank batch that makes one batch's input indices uncountable.
+        let hot = table(10, 4, crate::table::MAX_POOLING_FACTOR, ElementType::Fp32, OptimizerState::None);
+        let huge_batch = MemoryRule::TorchRec(TorchRecMemory::new(0.15, 0, 1 << 60, 20).unwrap());
+        let e = huge_batch.piece(&hot, 10, 4, 2).unwrap_err();
         assert!(matches!(e, Error::ByteOverflow { .. }) && e.to_string().contains("shard of table `t`"), "{e}");
         let devices = Devices::uniform(2, u64::MAX).unwrap();
         assert!(matches!(
-            MemoryRule::torchrec().usable_bytes(std::slice::from_ref(&hot), &devices),
+            huge_batch.usable_bytes(std::slice::from_ref(&hot), &devices),
             Err(Error::ByteOverflow { .. })
         ));
         // Dense bytes that push the reservation past u64 on a huge cap.

@@ -104,8 +104,14 @@ pub struct TableSpec {
 /// Largest accepted dimension: well above any real embedding table, small enough that sizes cannot
 /// overflow `u64` together with `MAX_ROWS`.
 pub const MAX_DIM: u32 = 1 << 16;
+/// Longest accepted table name, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
 /// Largest accepted row count (2^40).
 pub const MAX_ROWS: u64 = 1 << 40;
+/// Largest accepted pooling factor (mean lookups per sample): far above the pool's (at most about 200)
+/// and long sequence features', small enough that every lookup count a cost model derives stays finite
+/// and in range.
+pub const MAX_POOLING_FACTOR: f64 = 10_000.0;
 
 impl TableSpec {
     /// Validates and builds a table spec. `context` says where the record came from for errors.
@@ -123,14 +129,28 @@ impl TableSpec {
         if name.trim().is_empty() {
             return Err(Error::field(context, "name", "\"\"", "a non-empty name"));
         }
+        if name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+            // Shown escaped: the name is printed in reports and terminals.
+            return Err(Error::field(
+                context,
+                "name",
+                format!("{:?}", name.chars().take(80).collect::<String>()),
+                format!("at most {MAX_NAME_BYTES} bytes of text without control characters"),
+            ));
+        }
         if rows == 0 || rows > MAX_ROWS {
             return Err(Error::field(context, "rows", rows, format!("an integer in 1..={MAX_ROWS}")));
         }
         if dim == 0 || !dim.is_multiple_of(4) || dim > MAX_DIM {
             return Err(Error::field(context, "dim", dim, format!("a positive multiple of 4, at most {MAX_DIM}")));
         }
-        if !pooling_factor.is_finite() || pooling_factor < 0.0 {
-            return Err(Error::field(context, "pooling_factor", pooling_factor, "a finite number >= 0"));
+        if !pooling_factor.is_finite() || !(0.0..=MAX_POOLING_FACTOR).contains(&pooling_factor) {
+            return Err(Error::field(
+                context,
+                "pooling_factor",
+                pooling_factor,
+                format!("a number in 0..={MAX_POOLING_FACTOR}"),
+            ));
         }
         for (k, &b) in bins.iter().enumerate() {
             if !b.is_finite() || !(0.0..=1.0 + 1e-9).contains(&b) {
@@ -269,6 +289,21 @@ mod tests {
             (table(10, 0, 1.0), "dim"),
             (table(10, 4, -1.0), "pooling_factor"),
             (table(10, 4, f64::NAN), "pooling_factor"),
+            (table(10, 4, 1e20), "pooling_factor"),
+            (
+                TableSpec::new(
+                    "t",
+                    "a\u{1b}[31mred".into(),
+                    10,
+                    4,
+                    1.0,
+                    [0.0; NUM_BINS],
+                    ElementType::Fp32,
+                    OptimizerState::None,
+                ),
+                "name",
+            ),
+            (table(10, 4, 10_000.5), "pooling_factor"),
         ] {
             let msg = res.unwrap_err().to_string();
             assert!(msg.contains(&format!("`{field}`")), "{msg}");

@@ -28,12 +28,25 @@ pub fn parse_bytes(field: &str, text: &str) -> Result<u64> {
         "tib" => 1 << 40,
         _ => return Err(bad("unknown unit; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB")),
     };
-    let value: f64 = num.parse().map_err(|_| bad("expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824"))?;
-    let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+    let expected = "expected a number of bytes, e.g. 4GiB, 512MiB or 1073741824";
+    let too_big = "at most 18446744073709551615 bytes (2^64 - 1, 16 EiB)";
+    let bytes = if num.contains('.') {
+        let value: f64 = num.parse().map_err(|_| bad(expected))?;
+        let bytes = (value * mult as f64).round();
+        // 2^64 as f64 is exact; every float below it converts to u64 without saturating.
+        if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
+            return Err(bad(too_big));
+        }
+        bytes as u64
+    } else {
+        // Whole numbers exactly: a digit string past u64 (or whose product with the unit is) is refused.
+        let value: u64 = num.parse().map_err(|_| bad(too_big))?;
+        value.checked_mul(mult).ok_or_else(|| bad(too_big))?
+    };
+    if bytes < 1 {
         return Err(bad("must be at least 1 byte"));
     }
-    Ok(bytes.round() as u64)
+    Ok(bytes)
 }
 
 /// Formats bytes with a binary unit, e.g. `3.75 GiB`.
@@ -71,6 +84,20 @@ mod tests {
         check("4XB", None);
         check("GiB", None);
         check("", None);
+    }
+
+    #[test]
+    fn sizes_past_64_bits_are_refused_not_saturated() {
+        check("18446744073709551615", Some(u64::MAX));
+        for text in ["18446744073709551616", "99999999999999999999999", "99999999999TiB", "16777216TiB"] {
+            let e = parse_bytes("--mem", text).map_err(|e| e.to_string());
+            assert!(
+                e.as_ref().is_err_and(|e| e.contains(text) && (e.contains("at most") || e.contains("expected"))),
+                "{text}: {e:?}"
+            );
+        }
+        assert!(parse_bytes("--mem", "20000000000000000000.0").unwrap_err().to_string().contains("at most"));
+        check("16777215TiB", Some(16_777_215 << 40));
     }
 
     #[test]

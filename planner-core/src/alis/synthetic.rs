@@ -69,6 +69,14 @@ impl Default for SyntheticParams {
     }
 }
 
+/// Most items (communities × items per community) and most requests (windows × requests per window) a
+/// synthetic stream may have: what fits in memory on a laptop, checked before anything is allocated.
+pub const MAX_SYNTHETIC_ITEMS: usize = 50_000_000;
+/// See [`MAX_SYNTHETIC_ITEMS`].
+pub const MAX_SYNTHETIC_REQUESTS: usize = 50_000_000;
+/// Most distinct rows in one synthetic request.
+pub const MAX_REQUEST_ROWS: usize = 100_000;
+
 impl SyntheticParams {
     /// Checks every field; the error names the field, its value and the allowed range.
     pub fn validate(&self) -> Result<(), AlisError> {
@@ -82,12 +90,29 @@ impl SyntheticParams {
         if self.items_per_community == 0 {
             return bad("items_per_community", "0".into(), ">= 1");
         }
+        if self.communities.checked_mul(self.items_per_community).is_none_or(|n| n > MAX_SYNTHETIC_ITEMS) {
+            return bad(
+                "communities x items_per_community",
+                format!("{} x {}", self.communities, self.items_per_community),
+                &format!("at most {MAX_SYNTHETIC_ITEMS} items"),
+            );
+        }
         if self.windows == 0 || self.requests_per_window == 0 {
             return bad(
                 "windows/requests_per_window",
                 format!("{}/{}", self.windows, self.requests_per_window),
                 ">= 1",
             );
+        }
+        if self.windows.checked_mul(self.requests_per_window).is_none_or(|n| n > MAX_SYNTHETIC_REQUESTS) {
+            return bad(
+                "windows x requests_per_window",
+                format!("{} x {}", self.windows, self.requests_per_window),
+                &format!("at most {MAX_SYNTHETIC_REQUESTS} requests"),
+            );
+        }
+        if self.max_rows > MAX_REQUEST_ROWS {
+            return bad("max_rows", self.max_rows.to_string(), &format!("at most {MAX_REQUEST_ROWS}"));
         }
         if self.min_rows == 0 || self.max_rows < self.min_rows {
             return bad(
