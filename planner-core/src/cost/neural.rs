@@ -94,10 +94,14 @@ type PieceKey = [u64; NEUROSHARD_LEN];
 
 /// Raw NeuroShard features of a piece. A row-wise piece is priced as a table of its own rows serving
 /// its share of the lookups (pooling factor × row fraction) with the table's access distribution —
-/// an approximation: the bins of a row range are not measured separately.
+/// an approximation: the bins of a row range are not measured separately. An element type other than
+/// fp32 enters as the dim of the fp32 piece with the same row bytes (`dim × bytes / 4`: an fp16 piece
+/// of 64 columns reads what an fp32 piece of 32 does; the kernels are bound by memory traffic) — the
+/// profiles were measured on fp32 tables, so this is the model's assumption, not a measurement.
 #[must_use]
 pub fn piece_raw(p: &PieceRef<'_>) -> [f64; NEUROSHARD_LEN] {
     let mut f = neuroshard_raw(p.table, p.dim);
+    f[0] = f64::from(p.dim) * p.table.dtype.bytes() as f64 / 4.0;
     f[1] = p.pooling_factor();
     f[2] = p.rows as f64;
     f
@@ -475,6 +479,10 @@ impl CostModel for NeuralModel {
 
     fn interval_z(&self) -> Option<f64> {
         NeuralModel::interval_z(self)
+    }
+
+    fn global_batch(&self) -> Option<u64> {
+        Some(u64::from(self.card.compute.batch_size))
     }
 
     fn reference_speed(&self) -> Option<(String, f64)> {

@@ -115,7 +115,9 @@ fn reproduces_the_plans_and_bytes_made_before_memory_rules() {
         // The refinement gained moves after the fixture was recorded (a table made row-wise over every
         // device, or whole again), so its search now reaches other plans: its plans are checked for what
         // this file is about, fitting by the weights rule, not for equality.
-        if b.planner.ends_with("+refine") {
+        // AutoShard orders and describes tables by its cost profile's predictions, which since learned
+        // models price an fp16 piece by its bytes (`cost::neural::piece_raw`) differ on the fp16 task.
+        if b.planner.ends_with("+refine") || (b.planner == "autoshard" && b.task.starts_with("dreamshard")) {
             assert!(a.feasible && a.violations.is_empty(), "{ctx}: a refined plan fits");
             continue;
         }
