@@ -43,7 +43,7 @@ pub use cost::{
 pub use document::{PLAN_SCHEMA, PlanDocument};
 pub use error::{Error, Result};
 pub use memory::{MemoryRule, TorchRecMemory};
-pub use plan::{Piece, Plan};
+pub use plan::{Piece, Plan, SplitRule};
 pub use planners::{PlanContext, Planner, PlannerEntry, REGISTRY};
 pub use table::{ElementType, OptimizerState, TableInput, TableSpec};
 pub use task::{Devices, Protocol, SuiteSpec, SuiteTask, Task};

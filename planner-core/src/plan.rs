@@ -9,11 +9,50 @@
 //!   sums for the whole batch, reduced across devices).
 //!
 //! The two do not combine: TorchRec's grid sharding (row ranges of column blocks) is not modelled.
+//!
+//! A task's [`SplitRule`] narrows this to what a TorchRec sharding plan can express
+//! ([`SplitRule::TorchRec`]: equal column blocks; one row range per rank in rank order), checked by
+//! [`Plan::new`] for that task and by the TorchRec export for any plan ([`Plan::check_torchrec_buildable`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::task::Task;
+
+/// Which splits a task's plans may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SplitRule {
+    /// Every split [`Plan::new`] accepts: column pieces as dyadic halvings (NeuroShard's, e.g. 64 as
+    /// [32, 16, 16]) or equal blocks, row ranges on any devices.
+    #[default]
+    #[serde(rename = "any")]
+    Any,
+    /// Only splits TorchRec can build: a column-split table in equal blocks (TorchRec's `column_wise`
+    /// shards all have one width), a row-split table as one contiguous range per rank, rank 0 first
+    /// (TorchRec's `row_wise` layout).
+    #[serde(rename = "torchrec")]
+    TorchRec,
+}
+
+impl SplitRule {
+    /// The rule's name (`any`, `torchrec`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Any => "any",
+            Self::TorchRec => "torchrec",
+        }
+    }
+
+    /// Parses a rule's name.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "any" => Ok(Self::Any),
+            "torchrec" => Ok(Self::TorchRec),
+            _ => Err(Error::field("split rule", "splits", format!("{text:?}"), "one of any, torchrec")),
+        }
+    }
+}
 
 /// A contiguous range of rows `[offset, offset + count)` of a table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -113,6 +152,9 @@ impl Plan {
             } else {
                 check_col_split(task, group)?;
             }
+            if task.splits == SplitRule::TorchRec {
+                check_torchrec_group(task, group)?;
+            }
             start = end;
         }
         let mut covered = vec![false; n_tables];
@@ -184,6 +226,39 @@ impl Plan {
     pub fn row_split_tables(&self) -> usize {
         self.pieces.iter().filter(|p| p.rows.is_some_and(|r| r.offset == 0)).count()
     }
+
+    /// Every table's pieces, in table order (each sorted by row, then column offset).
+    pub fn table_groups(&self) -> impl Iterator<Item = &[Piece]> {
+        self.pieces.chunk_by(|a, b| a.table_id == b.table_id)
+    }
+
+    /// Refuses, naming the table and its pieces, a plan TorchRec cannot build ([`SplitRule::TorchRec`]),
+    /// whatever rule `task` was planned under.
+    pub fn check_torchrec_buildable(&self, task: &Task) -> Result<()> {
+        self.table_groups().try_for_each(|g| check_torchrec_group(task, g))
+    }
+}
+
+/// One table's pieces (a valid split, sorted) against TorchRec's layouts: column pieces of one width, row
+/// pieces on ranks 0, 1, … in row order.
+fn check_torchrec_group(task: &Task, group: &[Piece]) -> Result<()> {
+    let table = &task.tables[group[0].table_id];
+    if group[0].rows.is_some() {
+        let devices: Vec<usize> = group.iter().map(|p| p.device).collect();
+        if devices.iter().enumerate().any(|(k, &d)| d != k) {
+            return Err(Error::InvalidPlan(format!(
+                "table `{}` has row-wise pieces on devices {devices:?} in row order: TorchRec's row-wise layout is one range per rank in rank order (rows of rank 0, then rank 1, ...)",
+                table.name
+            )));
+        }
+    } else if group.iter().any(|p| p.dim != group[0].dim) {
+        let widths: Vec<u32> = group.iter().map(|p| p.dim).collect();
+        return Err(Error::InvalidPlan(format!(
+            "table `{}` (dim {}) has column pieces of widths {widths:?}: TorchRec's column-wise sharding builds only equal blocks (split rule `torchrec`)",
+            table.name, table.dim
+        )));
+    }
+    Ok(())
 }
 
 /// Column pieces of one table (sorted by column offset): contiguous from 0 to the dim, each a

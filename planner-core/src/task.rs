@@ -5,13 +5,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory::{DeviceMemory, MemoryRule, PieceMemory};
-use crate::plan::Piece;
+use crate::plan::{Piece, SplitRule};
 use crate::pool::{PoolTable, dlrm_pool};
 use crate::table::{ElementType, TableInput, TableSpec};
 use crate::units::GIB;
 
 /// Most devices a task may have.
 pub const MAX_DEVICES: usize = 4096;
+/// Most tables a task may have (production models have hundreds to a few thousand).
+pub const MAX_TABLES: usize = 100_000;
+/// Most tasks a suite file may have (suites drawn in memory, as a trainer's, are endless).
+pub const MAX_SUITE_TASKS: usize = 1_000_000;
 
 /// The devices of a task: one memory cap per device (caps may differ).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,8 +35,11 @@ impl Devices {
         Ok(Self { mem_cap_bytes })
     }
 
-    /// `count` devices with the same cap.
+    /// `count` devices with the same cap (the count is checked before anything is allocated).
     pub fn uniform(count: usize, mem_cap_bytes: u64) -> Result<Self> {
+        if count == 0 || count > MAX_DEVICES {
+            return Err(Error::field("devices", "count", count, format!("1..={MAX_DEVICES}")));
+        }
         Self::new(vec![mem_cap_bytes; count])
     }
 
@@ -66,9 +73,11 @@ impl<'de> Deserialize<'de> for Devices {
     }
 }
 
-/// A planning task: the tables to place, the devices to place them on, and the rule their memory is
-/// counted by.
+/// A planning task: the tables to place, the devices to place them on, the rule their memory is
+/// counted by and the splits its plans may use. Read from JSON through the same checks as [`Task::new`]
+/// (at least one table, unique names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "TaskFields")]
 pub struct Task {
     /// Tables, in input order (their index is their `table_id` in a plan).
     pub tables: Vec<TableSpec>,
@@ -78,13 +87,46 @@ pub struct Task {
     /// written before rules existed was planned under).
     #[serde(default)]
     pub memory: MemoryRule,
+    /// Which splits its plans may use; absent in JSON = [`SplitRule::Any`].
+    #[serde(default)]
+    pub splits: SplitRule,
+}
+
+/// [`Task`] as written, before its checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskFields {
+    tables: Vec<TableSpec>,
+    devices: Devices,
+    #[serde(default)]
+    memory: MemoryRule,
+    #[serde(default)]
+    splits: SplitRule,
+}
+
+impl TryFrom<TaskFields> for Task {
+    type Error = Error;
+
+    fn try_from(f: TaskFields) -> Result<Self> {
+        Ok(Self::new(f.tables, f.devices)?.with_memory(f.memory).with_splits(f.splits))
+    }
 }
 
 impl Task {
     /// A task under the seed papers' memory rule ([`MemoryRule::Weights`]); table names must be unique.
     pub fn new(tables: Vec<TableSpec>, devices: Devices) -> Result<Self> {
+        if tables.len() > MAX_TABLES {
+            return Err(Error::field("tables", "count", tables.len(), format!("1..={MAX_TABLES}")));
+        }
         crate::input::check_unique_names(&tables)?;
-        Ok(Self { tables, devices, memory: MemoryRule::Weights })
+        Ok(Self { tables, devices, memory: MemoryRule::Weights, splits: SplitRule::Any })
+    }
+
+    /// The same task with plans limited to `splits`.
+    #[must_use]
+    pub fn with_splits(mut self, splits: SplitRule) -> Self {
+        self.splits = splits;
+        self
     }
 
     /// The same task under `memory`.
@@ -258,9 +300,14 @@ impl SuiteSpec {
             Protocol::AutoShard => {}
         }
         if let Some((lo, hi)) = self.tables
-            && (lo == 0 || hi <= lo)
+            && (lo == 0 || hi <= lo || hi > MAX_TABLES + 1)
         {
-            return Err(Error::field(ctx, "tables", format!("[{lo}, {hi})"), "a range [min, max) with 1 <= min < max"));
+            return Err(Error::field(
+                ctx,
+                "tables",
+                format!("[{lo}, {hi})"),
+                format!("a range [min, max) with 1 <= min < max <= {}", MAX_TABLES + 1),
+            ));
         }
         Ok(())
     }

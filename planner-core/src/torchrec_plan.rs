@@ -8,17 +8,18 @@
 //! `tools/torchrec_apply.py` turns it into `construct_module_sharding_plan(...)`.
 //!
 //! Mapping: an unsplit table is `table_wise`; column pieces are `column_wise` (one shard per piece, in
-//! column order, ranks may repeat); row pieces are `row_wise`, which TorchRec trains with one shard
-//! per rank in rank order — so row pieces must lie on devices 0, 1, … in row order (empty shards are
-//! added for the remaining ranks, as TorchRec's own planner writes them), and any other row layout is
-//! refused with an error naming the table.
+//! column order, ranks may repeat); row pieces are `row_wise`, one shard per rank in rank order (empty
+//! shards are added for the remaining ranks, as TorchRec's own planner writes them). A plan TorchRec
+//! cannot build — uneven column blocks, row ranges off TorchRec's rank order — is refused with an error
+//! naming the table ([`Plan::check_torchrec_buildable`], the rule [`crate::plan::SplitRule::TorchRec`]
+//! plans under).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::plan::Plan;
+use crate::plan::{Piece, Plan};
 use crate::task::Task;
 
 /// Schema tag of TorchRec plan documents.
@@ -83,16 +84,12 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
     if local == 0 || local > world {
         return Err(Error::field("TorchRec export", "local_world_size", local, format!("1..={world}")));
     }
+    plan.check_torchrec_buildable(task)?;
     let place = |r: usize| format!("rank:{r}/cuda:{}", r % local);
     let mut out = BTreeMap::new();
     let mut tables = BTreeMap::new();
-    let pieces = plan.pieces();
-    let mut start = 0;
-    while start < pieces.len() {
-        let t = pieces[start].table_id;
-        let end = start + pieces[start..].iter().take_while(|p| p.table_id == t).count();
-        let group = &pieces[start..end];
-        let table = &task.tables[t];
+    for group in plan.table_groups() {
+        let table = &task.tables[group[0].table_id];
         let rows_split = group[0].rows.is_some();
         let sharding_type = if rows_split {
             "row_wise"
@@ -106,14 +103,6 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
         if rows_split {
             for (k, p) in group.iter().enumerate() {
                 let r = p.rows.unwrap_or_default();
-                if p.device != k {
-                    return Err(Error::field(
-                        "TorchRec export",
-                        format!("table `{}`", table.name),
-                        format!("row pieces on devices {:?}", group.iter().map(|p| p.device).collect::<Vec<_>>()),
-                        "one row range per rank in rank order (TorchRec's row-wise layout: rows of rank 0, then rank 1, ...)",
-                    ));
-                }
                 spec.push(ShardMetadata {
                     shard_offsets: [r.offset, 0],
                     shard_sizes: [r.count, u64::from(table.dim)],
@@ -149,7 +138,6 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
             },
         );
         tables.insert(table.name.clone(), TableShape { num_embeddings: table.rows, embedding_dim: table.dim });
-        start = end;
     }
     Ok(TorchRecPlanDocument {
         schema: TORCHREC_PLAN_SCHEMA.into(),
@@ -161,10 +149,102 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
     })
 }
 
+impl TorchRecPlanDocument {
+    /// Parses and checks a document (schema tag, ranks, every placement's rank).
+    pub fn from_json(text: &str) -> Result<Self> {
+        let doc: Self = serde_json::from_str(text)
+            .map_err(|e| Error::Parse { context: "TorchRec plan JSON".into(), message: e.to_string() })?;
+        let ctx = "TorchRec plan JSON";
+        if doc.schema != TORCHREC_PLAN_SCHEMA {
+            return Err(Error::field(ctx, "schema", format!("{:?}", doc.schema), format!("{TORCHREC_PLAN_SCHEMA:?}")));
+        }
+        if doc.world_size == 0 || doc.world_size > crate::task::MAX_DEVICES {
+            return Err(Error::field(ctx, "world_size", doc.world_size, format!("1..={}", crate::task::MAX_DEVICES)));
+        }
+        for (name, s) in &doc.plan {
+            if s.ranks.len() != s.sharding_spec.len() {
+                return Err(Error::field(
+                    format!("{ctx}, table `{name}`"),
+                    "ranks",
+                    format!("{} ranks", s.ranks.len()),
+                    format!("one per shard ({} shards)", s.sharding_spec.len()),
+                ));
+            }
+            if let Some(&r) = s.ranks.iter().find(|&&r| r >= doc.world_size) {
+                return Err(Error::field(
+                    format!("{ctx}, table `{name}`"),
+                    "ranks",
+                    r,
+                    format!("0..{}", doc.world_size),
+                ));
+            }
+        }
+        Ok(doc)
+    }
+
+    /// The plan as a shardplan [`Plan`] of `task`, whose tables are matched by name (every table of the
+    /// task must be in the plan with the same shape, and no other). Table-wise → one piece, column-wise →
+    /// a piece per shard, row-wise → a piece per non-empty shard.
+    pub fn to_plan(&self, task: &Task) -> Result<Plan> {
+        let ctx = "TorchRec plan JSON";
+        if self.world_size != task.devices.count() {
+            return Err(Error::field(
+                ctx,
+                "world_size",
+                self.world_size,
+                format!("the task's {} devices", task.devices.count()),
+            ));
+        }
+        if let Some(extra) = self.plan.keys().find(|n| !task.tables.iter().any(|t| &t.name == *n)) {
+            return Err(Error::field(ctx, "plan", format!("table `{extra}`"), "only tables of the tables file"));
+        }
+        let mut pieces = Vec::new();
+        for (id, t) in task.tables.iter().enumerate() {
+            let Some(s) = self.plan.get(&t.name) else {
+                return Err(Error::field(
+                    ctx,
+                    "plan",
+                    format!("no entry for table `{}`", t.name),
+                    "every table of the tables file",
+                ));
+            };
+            if let Some(shape) = self.tables.get(&t.name)
+                && (shape.num_embeddings != t.rows || shape.embedding_dim != t.dim)
+            {
+                return Err(Error::field(
+                    format!("{ctx}, table `{}`", t.name),
+                    "shape",
+                    format!("{} x {}", shape.num_embeddings, shape.embedding_dim),
+                    format!("the tables file's {} x {}", t.rows, t.dim),
+                ));
+            }
+            let kind = crate::planners::torchrec::ShardingType::parse(&s.sharding_type)?;
+            for (m, &rank) in s.sharding_spec.iter().zip(&s.ranks) {
+                let [row, col] = m.shard_offsets;
+                let [rows, cols] = m.shard_sizes;
+                let cols32 = u32::try_from(cols).map_err(|_| {
+                    Error::field(format!("{ctx}, table `{}`", t.name), "shard_sizes", cols, "a column count")
+                })?;
+                let col32 = u32::try_from(col).map_err(|_| {
+                    Error::field(format!("{ctx}, table `{}`", t.name), "shard_offsets", col, "a column offset")
+                })?;
+                match kind {
+                    crate::planners::torchrec::ShardingType::RowWise => {
+                        if rows > 0 {
+                            pieces.push(Piece::row_range(id, t.dim, rank, row, rows));
+                        }
+                    }
+                    _ => pieces.push(Piece::cols(id, col32, cols32, rank)),
+                }
+            }
+        }
+        Plan::new(task, pieces)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Piece;
     use crate::table::{ElementType, NUM_BINS, OptimizerState, TableSpec};
     use crate::task::Devices;
 
@@ -203,7 +283,9 @@ mod tests {
         assert_eq!(doc.plan["c"].sharding_type, "table_wise");
         assert_eq!(doc.tables["b"], TableShape { num_embeddings: 10, embedding_dim: 8 });
         let json = serde_json::to_string(&doc).unwrap();
-        assert_eq!(serde_json::from_str::<TorchRecPlanDocument>(&json).unwrap(), doc);
+        assert_eq!(TorchRecPlanDocument::from_json(&json).unwrap(), doc);
+        // Read back, it is the same plan.
+        assert_eq!(doc.to_plan(&t).unwrap(), plan);
     }
 
     #[test]
@@ -236,5 +318,28 @@ mod tests {
         let e = to_torchrec_plan(&t, &swapped, None).unwrap_err().to_string();
         assert!(e.contains("table `b`") && e.contains("[1, 0]"), "{e}");
         assert!(to_torchrec_plan(&t, &ok, Some(5)).unwrap_err().to_string().contains("local_world_size"));
+    }
+
+    #[test]
+    fn refuses_uneven_column_blocks_naming_the_table() {
+        let t = task();
+        let pieces = vec![
+            Piece::cols(0, 0, 16, 0),
+            Piece::cols(0, 16, 8, 1),
+            Piece::cols(0, 24, 8, 2),
+            Piece::cols(1, 0, 8, 0),
+            Piece::cols(2, 0, 4, 0),
+        ];
+        let halvings = Plan::new(&t, pieces.clone()).unwrap();
+        let e = to_torchrec_plan(&t, &halvings, None).unwrap_err().to_string();
+        assert!(e.contains("table `a`") && e.contains("[16, 8, 8]") && e.contains("equal blocks"), "{e}");
+        // Under the TorchRec split rule such a plan cannot even be made.
+        let strict = t.clone().with_splits(crate::plan::SplitRule::TorchRec);
+        assert!(Plan::new(&strict, pieces).unwrap_err().to_string().contains("[16, 8, 8]"));
+        let mut equal = vec![Piece::cols(1, 0, 8, 0), Piece::cols(2, 0, 4, 0)];
+        equal.extend((0..4).map(|k| Piece::cols(0, 8 * k, 8, (k % 2) as usize)));
+        let plan = Plan::new(&strict, equal).unwrap();
+        let a = &to_torchrec_plan(&strict, &plan, None).unwrap().plan["a"];
+        assert_eq!((a.sharding_type.as_str(), a.ranks.clone()), ("column_wise", vec![0, 1, 0, 1]));
     }
 }

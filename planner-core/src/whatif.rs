@@ -187,7 +187,8 @@ pub fn set_device_count(task: &Task, plan: &Plan, count: usize, new_cap_bytes: O
     let old = task.devices.mem_cap_bytes();
     let last = old.last().copied().unwrap_or(1);
     let caps: Vec<u64> = (0..count).map(|d| old.get(d).copied().unwrap_or(new_cap_bytes.unwrap_or(last))).collect();
-    let new_task = Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory };
+    let new_task =
+        Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory, splits: task.splits };
 
     // Memory as the new task counts it (its device count is the world size of the torchrec rule).
     // A reservation larger than a cap leaves that device 0 usable bytes; the report says so.
@@ -226,7 +227,7 @@ pub fn set_mem_cap(task: &Task, device: usize, mem_cap_bytes: u64) -> Result<Tas
     }
     let mut caps = task.devices.mem_cap_bytes().to_vec();
     caps[device] = mem_cap_bytes;
-    Ok(Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory })
+    Ok(Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory, splits: task.splits })
 }
 
 /// Index in `plan.pieces()` of the piece of `table_id` starting at `col_offset`.

@@ -244,6 +244,10 @@ impl CostModel for AnalyticalModel {
         true
     }
 
+    fn global_batch(&self) -> Option<u64> {
+        Some(self.global_batch)
+    }
+
     fn name(&self) -> String {
         format!("analytical:{}", self.hardware.name)
     }

@@ -119,6 +119,10 @@ pub trait CostModel {
     fn reference_speed(&self) -> Option<(String, f64)> {
         None
     }
+    /// The global batch (samples per step over all devices) the model's times are for, when it knows it.
+    fn global_batch(&self) -> Option<u64> {
+        None
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {
@@ -191,6 +195,10 @@ pub struct PlanReport {
     /// (comm as for `cost_ms`), `cost_ms ± z · sd`. Absent without a calibrated interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_interval_ms: Option<[f64; 2]>,
+    /// The global batch the times are for ([`CostModel::global_batch`]; absent when the model does not
+    /// say, and in reports written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<u64>,
     /// Device with the largest total.
     pub bottleneck_device: usize,
     /// The memory rule the bytes were counted by (absent in reports written before memory rules: the
@@ -309,6 +317,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         definition,
         cost_ms,
         cost_interval_ms,
+        global_batch: model.global_batch(),
         bottleneck_device,
         memory_rule: task.memory,
         feasible: violations.is_empty(),

@@ -124,6 +124,10 @@ pub struct SearchStats {
     pub rounds: u64,
     /// Whether the budget or the callback stopped the search early.
     pub stopped_early: bool,
+    /// TorchRec's planner: proposals partitioned (`_num_proposals`; 0 for other planners).
+    pub proposals: u64,
+    /// TorchRec's planner: proposals that fit (`_num_plans`).
+    pub proposals_fit: u64,
 }
 
 impl SearchStats {
@@ -136,7 +140,7 @@ impl SearchStats {
 }
 
 /// Where a planner keeps the counters of its last run (planners are used through `&self`).
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct StatsCell(Cell<Option<SearchStats>>);
 
 impl StatsCell {
@@ -179,6 +183,11 @@ pub trait Planner {
     /// rather than an invalid plan (the random baseline excepted: it never checks memory, as in the
     /// seeds, and its report says whether the plan fits).
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan>;
+    /// A plan even where none fits: a search's plan with the fewest bytes over the usable memory, for a
+    /// later stage (refinement) to repair. By default [`Planner::plan`].
+    fn plan_best_effort(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        self.plan(task, ctx)
+    }
     /// Counters of the last [`Planner::plan`] call, for planners that search.
     fn last_stats(&self) -> Option<SearchStats> {
         None

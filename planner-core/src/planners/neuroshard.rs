@@ -9,7 +9,8 @@
 //!   definition) and the cheapest kept.
 //! * **Beam.** From the unsplit state, for up to L rounds, each of the K beam states proposes the
 //!   union of its top-N pieces by bytes and by predicted compute (among pieces whose half dim is a
-//!   multiple of 4); each proposal halves that piece and runs the grid search; the K best proposals
+//!   multiple of 4); each proposal halves that piece (under [`SplitRule::TorchRec`]: every block of its
+//!   table, so that blocks stay equal) and runs the grid search; the K best proposals
 //!   form the next beam and the best feasible plan seen is returned. States are ranked by bytes over
 //!   the caps first, then cost, so that from an infeasible start (a table larger than any device) the
 //!   beam walks towards the splits that make it fit.
@@ -25,7 +26,7 @@ use super::search::{DeviceSet, Evaluator, FastMap, FastSet};
 use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
 use crate::cost::{CostDefinition, CostModel};
 use crate::error::{Error, Result};
-use crate::plan::{Piece, Plan};
+use crate::plan::{Piece, Plan, SplitRule};
 use crate::task::Task;
 
 /// Hyper-parameters of the search; [`Default`] gives the paper's values.
@@ -103,6 +104,15 @@ impl NeuroShard {
 
     /// Plans `task` and returns the search's counters with the plan.
     pub fn plan_with_stats(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<(Plan, SearchStats)> {
+        match self.search(task, ctx)? {
+            ((plan, None), stats) => Ok((plan, stats)),
+            ((_, Some(no_fit)), _) => Err(no_fit),
+        }
+    }
+
+    /// The search: the best feasible plan — or, when none fits, the plan with the fewest bytes over and
+    /// the [`Error::NoFit`] saying why — and the counters.
+    fn search(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<((Plan, Option<Error>), SearchStats)> {
         self.config.validate()?;
         let mut search = Search::new(task, ctx.cost_model, self.config)?;
         let result = search.run(ctx);
@@ -119,6 +129,10 @@ impl Planner for NeuroShard {
 
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
         self.plan_with_stats(task, ctx).map(|(p, _)| p)
+    }
+
+    fn plan_best_effort(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        Ok(self.search(task, ctx)?.0.0)
     }
 
     fn last_stats(&self) -> Option<SearchStats> {
@@ -363,7 +377,9 @@ impl<'t> Search<'t> {
         Ok(out.into_iter().map(|i| distinct[i]).collect())
     }
 
-    fn run(&mut self, ctx: &PlanContext<'_>) -> Result<Plan> {
+    /// The best feasible plan, or the plan with the fewest bytes over and the [`Error::NoFit`] saying why
+    /// none fits.
+    fn run(&mut self, ctx: &PlanContext<'_>) -> Result<(Plan, Option<Error>)> {
         let watch = ctx.stopwatch();
         let root: State = self.ev.task.tables.iter().map(|t| vec![t.dim]).collect();
         let first = self.grid(&root)?;
@@ -387,12 +403,17 @@ impl<'t> Search<'t> {
                 for (t, d) in self.candidates(state)? {
                     let mut next = state.clone();
                     let dims = &mut next[t];
-                    if let Some(pos) = dims.iter().position(|&x| x == d) {
-                        dims.remove(pos);
+                    if self.ev.task.splits == SplitRule::TorchRec {
+                        // Only equal blocks: every block of the table is halved.
+                        *dims = vec![d / 2; dims.len() * 2];
+                    } else {
+                        if let Some(pos) = dims.iter().position(|&x| x == d) {
+                            dims.remove(pos);
+                        }
+                        dims.push(d / 2);
+                        dims.push(d / 2);
+                        dims.sort_unstable_by(|a, b| b.cmp(a));
                     }
-                    dims.push(d / 2);
-                    dims.push(d / 2);
-                    dims.sort_unstable_by(|a, b| b.cmp(a));
                     if !seen.insert(next.clone()) {
                         continue;
                     }
@@ -418,19 +439,22 @@ impl<'t> Search<'t> {
             beam = proposals.into_iter().take(self.config.beam_width).map(|(s, _)| s).collect();
             self.ev.stats.rounds += 1;
         }
-        let Some((state, outcome)) = best else {
+        let (state, outcome, no_fit) = if let Some((state, outcome)) = best {
+            (state, outcome, None)
+        } else {
             let (table, need_bytes, best_free_bytes) = best_any.1.misfit.unwrap_or((0, 0, 0));
-            return Err(Error::NoFit {
+            let no_fit = Error::NoFit {
                 table: self.ev.task.tables.get(table).map(|t| t.name.clone()).unwrap_or_default(),
                 need_bytes,
                 best_free_bytes,
-            });
+            };
+            (best_any.0, best_any.1, Some(no_fit))
         };
         let pieces: Vec<Piece> = layout(&state)
             .into_iter()
             .zip(&outcome.devices)
             .map(|((t, off, d), &dev)| Piece::cols(t, off, d, dev))
             .collect();
-        Plan::new(self.ev.task, pieces)
+        Ok((Plan::new(self.ev.task, pieces)?, no_fit))
     }
 }

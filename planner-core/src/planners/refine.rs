@@ -1,5 +1,7 @@
 //! Local search after any planner: move a piece to another device, swap two pieces, merge two column
-//! halves of a table back into one piece, split a piece's columns in half onto another device, make a
+//! halves of a table back into one piece, split a piece's columns in half onto another device (under
+//! [`SplitRule::TorchRec`], where blocks stay equal: halve every block of the table, or merge its blocks
+//! pairwise), make a
 //! table (whole or split column-wise) row-wise over every device (TorchRec's row-wise sharding, rows
 //! split as TorchRec splits them: [`super::torchrec::row_split`]), or make a row-wise table whole again
 //! on one device —
@@ -20,7 +22,7 @@ use super::search::{DeviceSet, Evaluator};
 use super::{Budget, PlanContext, Planner, Progress, SearchStats, StatsCell};
 use crate::cost::CostDefinition;
 use crate::error::Result;
-use crate::plan::{Piece, Plan, RowRange};
+use crate::plan::{Piece, Plan, RowRange, SplitRule};
 use crate::task::Task;
 
 /// Limits of a refinement.
@@ -64,6 +66,12 @@ enum Change {
     RowWise(usize),
     /// Make the row-wise table whole again on the device.
     Whole(usize, usize),
+    /// Equal blocks only ([`SplitRule::TorchRec`]): halve every block of a piece's table, the piece's
+    /// second half going to the device, the other blocks' halves staying where their block was.
+    Halve(usize, usize),
+    /// Equal blocks only: merge a table's blocks pairwise in column order (an even number of them), each
+    /// pair onto its left (`false`) or right (`true`) member's device.
+    Pair(usize, bool),
 }
 
 /// Device sets a change touches, by device, as they would be after it.
@@ -87,6 +95,7 @@ impl State<'_> {
     fn changes(&self) -> Vec<Change> {
         let n_dev = self.sets.len();
         let n = self.pieces.len();
+        let equal_blocks = self.ev.task.splits == SplitRule::TorchRec;
         let mut out = Vec::new();
         let mut row_tables: Vec<usize> = Vec::new();
         for (i, p) in self.pieces.iter().enumerate() {
@@ -106,11 +115,11 @@ impl State<'_> {
                 out.push(Change::Move(i, d));
                 let t = &self.ev.task.tables[p.table];
                 let half = p.dim / 2;
-                if p.rows.is_none()
-                    && p.dim.is_multiple_of(8)
-                    && t.dim.is_multiple_of(half)
-                    && (t.dim / half).is_power_of_two()
-                {
+                if equal_blocks {
+                    if p.dim.is_multiple_of(8) {
+                        out.push(Change::Halve(i, d));
+                    }
+                } else if p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two() {
                     out.push(Change::Split(i, d));
                 }
             }
@@ -119,6 +128,20 @@ impl State<'_> {
                     out.push(Change::Swap(i, j));
                 }
             }
+        }
+        if equal_blocks {
+            for p in self
+                .pieces
+                .iter()
+                .filter(|p| p.off == 0 && p.rows.is_none() && p.dim < self.ev.task.tables[p.table].dim)
+            {
+                let blocks = self.ev.task.tables[p.table].dim / p.dim;
+                if blocks.is_multiple_of(2) {
+                    out.push(Change::Pair(p.table, false));
+                    out.push(Change::Pair(p.table, true));
+                }
+            }
+            return out;
         }
         for (i, a) in self.pieces.iter().enumerate() {
             let t = &self.ev.task.tables[a.table];
@@ -220,6 +243,40 @@ impl State<'_> {
                     let k = set(&mut touched, d, &self.sets);
                     self.ev.add(&mut touched[k].1, id);
                     pieces.push(RPiece { table, off: 0, dim, rows: Some(range), device: d, id });
+                }
+            }
+            Change::Halve(at, to) => {
+                let table = pieces[at].table;
+                let mut halves = Vec::new();
+                for (k, p) in pieces.iter().enumerate().filter(|(_, p)| p.table == table) {
+                    let half = self.id(table, p.dim / 2, None)?;
+                    let ks = set(&mut touched, p.device, &self.sets);
+                    self.ev.remove(&mut touched[ks].1, p.id);
+                    self.ev.add(&mut touched[ks].1, half);
+                    let second = if k == at { to } else { p.device };
+                    let kd = set(&mut touched, second, &self.sets);
+                    self.ev.add(&mut touched[kd].1, half);
+                    halves.push(RPiece { dim: p.dim / 2, id: half, ..*p });
+                    halves.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: second, id: half, ..*p });
+                }
+                pieces.retain(|p| p.table != table);
+                pieces.extend(halves);
+            }
+            Change::Pair(table, right) => {
+                let mut blocks: Vec<RPiece> = pieces.iter().filter(|p| p.table == table).copied().collect();
+                blocks.sort_by_key(|p| p.off);
+                pieces.retain(|p| p.table != table);
+                for pair in blocks.chunks_exact(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    let merged = self.id(table, a.dim * 2, None)?;
+                    let ka = set(&mut touched, a.device, &self.sets);
+                    self.ev.remove(&mut touched[ka].1, a.id);
+                    let kb = set(&mut touched, b.device, &self.sets);
+                    self.ev.remove(&mut touched[kb].1, b.id);
+                    let to = if right { b.device } else { a.device };
+                    let kd = set(&mut touched, to, &self.sets);
+                    self.ev.add(&mut touched[kd].1, merged);
+                    pieces.push(RPiece { dim: a.dim * 2, device: to, id: merged, ..a });
                 }
             }
             Change::Whole(table, to) => {
@@ -354,7 +411,14 @@ impl Planner for Refined {
 
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
         let start_ms = ctx.budget.map(|b| (b.clock_ms)());
-        let first = self.inner.plan(task, ctx)?;
+        // Where the inner planner finds nothing that fits, refinement starts from its closest plan and
+        // may repair it (fewer bytes over always wins; a row-wise split can make a table fit); the plan
+        // is returned only if it ends within memory.
+        let (first, no_fit) = match self.inner.plan(task, ctx) {
+            Ok(plan) => (plan, None),
+            Err(e @ crate::error::Error::NoFit { .. }) => (self.inner.plan_best_effort(task, ctx)?, Some(e)),
+            Err(e) => return Err(e),
+        };
         // The refinement gets what the inner planner left of the budget.
         let budget = ctx.budget.zip(start_ms).map(|(b, start)| Budget {
             clock_ms: b.clock_ms,
@@ -362,6 +426,17 @@ impl Planner for Refined {
         });
         let rest = PlanContext { cost_model: ctx.cost_model, seed: ctx.seed, budget, progress: ctx.progress };
         let (plan, mut stats) = refine(task, &first, &rest, &self.config)?;
+        if let Some(e) = no_fit {
+            // A device whose bytes cannot even be counted does not fit either.
+            let fits = crate::memory::plan_usage(task, &plan).is_ok_and(|usage| {
+                usage
+                    .iter()
+                    .all(|(dm, m)| dm.reservation_fits() && m.placed_bytes().is_ok_and(|b| b <= dm.usable_bytes))
+            });
+            if !fits {
+                return Err(e);
+            }
+        }
         if let Some(inner) = self.inner.last_stats() {
             stats.set_cache_hits += inner.set_cache_hits;
             stats.set_cache_misses += inner.set_cache_misses;

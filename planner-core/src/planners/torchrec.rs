@@ -50,7 +50,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PlanContext, Planner};
+use super::{PlanContext, Planner, SearchStats, StatsCell};
 use crate::error::{Error, Result};
 use crate::memory::{Layout, MemoryRule, TorchRecMemory};
 use crate::plan::{Piece, Plan};
@@ -701,6 +701,50 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
     Ok(TorchRecOutcome { options, objective_ms, usable_hbm_bytes: usable, num_proposals, num_plans })
 }
 
+/// TorchRec's estimate of any plan, in TorchRec's units: per rank, the summed `Perf.total` of the shards
+/// it holds, for TorchRec's per-rank batch ([`TorchRecMemory::batch_per_rank`], 512 by default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TorchRecPricing {
+    /// Per rank, ms.
+    pub rank_ms: Vec<f64>,
+    /// `NoopPerfModel.rate`: the largest, ms — the objective TorchRec's planner minimises.
+    pub objective_ms: f64,
+    /// Samples per rank the estimate is for.
+    pub batch_per_rank: u64,
+}
+
+/// Prices `plan` with TorchRec's perf estimator as TorchRec would shard it: an unsplit table is
+/// `table_wise`, column pieces are `column_wise` shards, a row-split table is `row_wise` with one shard
+/// per rank (empty ones included, as TorchRec writes them). The per-rank batch is the task's when it
+/// runs under [`MemoryRule::TorchRec`], else `cfg`'s. Equals [`TorchRecOutcome::objective_ms`] on
+/// TorchRec's own plans.
+pub fn price_plan(task: &Task, plan: &Plan, cfg: &TorchRecConfig) -> Result<TorchRecPricing> {
+    let mut cfg = cfg.clone();
+    if let MemoryRule::TorchRec(m) = task.memory {
+        cfg.memory = m;
+    }
+    let world = task.devices.count();
+    let local = cfg.validate(world)?;
+    let mut rank_ms = vec![0.0f64; world];
+    for group in plan.table_groups() {
+        let t = &task.tables[group[0].table_id];
+        let x = table_inputs(t, &cfg.memory);
+        if group[0].rows.is_some() {
+            let perf = shard_perf(&cfg, ShardingType::RowWise, &x, u64::from(t.dim), world, local).total();
+            for r in &mut rank_ms {
+                *r += perf;
+            }
+        } else {
+            let st = if group.len() == 1 { ShardingType::TableWise } else { ShardingType::ColumnWise };
+            for p in group {
+                rank_ms[p.device] += shard_perf(&cfg, st, &x, u64::from(p.dim), world, local).total();
+            }
+        }
+    }
+    let objective_ms = rank_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Ok(TorchRecPricing { rank_ms, objective_ms, batch_per_rank: cfg.memory.batch_per_rank() })
+}
+
 /// The `torchrec` planner: [`plan_torchrec`] with [`TorchRecConfig::default`] — the memory parameters
 /// taken from the task when it runs under [`MemoryRule::TorchRec`] — returned as a shardplan [`Plan`].
 /// It ignores the context's cost model (TorchRec plans with its own estimates) and refuses a plan that
@@ -710,6 +754,7 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
 pub struct TorchRecPlanner {
     /// TorchRec's inputs.
     pub config: TorchRecConfig,
+    stats: StatsCell,
 }
 
 impl Planner for TorchRecPlanner {
@@ -723,6 +768,11 @@ impl Planner for TorchRecPlanner {
             config.memory = m;
         }
         let outcome = plan_torchrec(task, &config)?;
+        self.stats.set(SearchStats {
+            proposals: outcome.num_proposals as u64,
+            proposals_fit: outcome.num_plans as u64,
+            ..SearchStats::default()
+        });
         let plan = outcome.to_plan(task)?;
         for (d, (dm, m)) in crate::memory::plan_usage(task, &plan)?.into_iter().enumerate() {
             let bytes = m.placed_bytes()?;
@@ -739,6 +789,10 @@ impl Planner for TorchRecPlanner {
             }
         }
         Ok(plan)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
     }
 }
 

@@ -397,3 +397,91 @@ fn exact_search_is_optimal_on_tiny_tasks() {
         }
     }
 }
+
+/// Under the TorchRec split rule every registry planner's plan is one TorchRec can build (equal column
+/// blocks), NeuroShard and refinement still split, and refinement never worsens the rule's plan.
+#[test]
+fn the_torchrec_split_rule_gives_buildable_plans_from_every_planner() {
+    use planner_core::SplitRule;
+    let model = AnalyticalModel::default();
+    let mut split_some = false;
+    for (k, task) in tasks().into_iter().enumerate() {
+        let strict = task.clone().with_splits(SplitRule::TorchRec);
+        let ctx = PlanContext::new(&model, k as u64);
+        for (name, plan) in all_plans(&strict, &model) {
+            plan.check_torchrec_buildable(&strict).unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_plan(&strict, &plan, &model, name == "random");
+        }
+        let first = NeuroShard::new(small()).plan(&strict, &ctx).unwrap();
+        let config = RefineConfig { max_passes: 60, ..RefineConfig::default() };
+        let (refined, _) = refine(&strict, &first, &ctx, &config).unwrap();
+        refined.check_torchrec_buildable(&strict).unwrap();
+        assert!(cost(&strict, &refined, &model) <= cost(&strict, &first, &model) + 1e-6);
+        split_some |= refined.split_tables() > 0;
+    }
+    assert!(split_some, "no table was split under the rule on any task");
+}
+
+/// The equal-block moves: halving a table's blocks spreads it, pairing merges them back.
+#[test]
+fn refine_halves_and_pairs_equal_blocks() {
+    use planner_core::{Piece, SplitRule};
+    // One wide hot table and a cold one on 2 devices: spreading the hot table is cheaper.
+    let tables = vec![table("hot", 200_000, 128, 40.0), table("cold", 1000, 8, 1.0)];
+    let task = Task::new(tables, Devices::uniform(2, 1 << 30).unwrap()).unwrap().with_splits(SplitRule::TorchRec);
+    let model = AnalyticalModel::default();
+    let ctx = PlanContext::new(&model, 0);
+    let whole = Plan::unsplit(&task, &[0, 0]).unwrap();
+    let (spread, _) = refine(&task, &whole, &ctx, &RefineConfig::default()).unwrap();
+    spread.check_torchrec_buildable(&task).unwrap();
+    let hot: Vec<&Piece> = spread.pieces().iter().filter(|p| p.table_id == 0).collect();
+    assert!(hot.len() >= 2 && hot.iter().any(|p| p.device == 1), "{:?}", spread.pieces());
+    assert!(cost(&task, &spread, &model) < cost(&task, &whole, &model));
+    // Four quarters on one device: pairing them back into halves (or whole) is cheaper than keeping
+    // four lookups of the same rows.
+    let quarters = Plan::new(
+        &task,
+        vec![
+            Piece::cols(0, 0, 32, 0),
+            Piece::cols(0, 32, 32, 0),
+            Piece::cols(0, 64, 32, 1),
+            Piece::cols(0, 96, 32, 1),
+            Piece::cols(1, 0, 8, 0),
+        ],
+    )
+    .unwrap();
+    let (paired, _) = refine(&task, &quarters, &ctx, &RefineConfig::default()).unwrap();
+    paired.check_torchrec_buildable(&task).unwrap();
+    assert!(paired.pieces().iter().filter(|p| p.table_id == 0).count() < 4, "{:?}", paired.pieces());
+}
+
+/// The element type reaches the learned models: an fp16 piece costs what the fp32 piece of the same row
+/// bytes costs (half the dim).
+#[test]
+fn learned_models_price_an_fp16_piece_by_its_bytes() {
+    use planner_core::{ElementType, TableSpec};
+    let model = h100();
+    let fp16 = TableSpec { dtype: ElementType::Fp16, ..table("t", 200_000, 64, 8.0) };
+    let narrow = table("t", 200_000, 32, 8.0);
+    let c = |t: &TableSpec| model.compute_ms(&[PieceRef::whole(t, t.dim)]).unwrap();
+    assert!((c(&fp16) - c(&narrow)).abs() <= 1e-9 * c(&narrow), "{} vs {}", c(&fp16), c(&narrow));
+    assert_eq!(planner_core::cost::neural::piece_raw(&PieceRef::whole(&fp16, 64))[0], 32.0);
+}
+
+/// A table of dim 4 (no column split possible) larger than any device: NeuroShard finds nothing that
+/// fits, and `neuroshard+refine` repairs its closest plan by sharding the table row-wise.
+#[test]
+fn refinement_repairs_a_plan_no_column_split_can_fit() {
+    let tables = vec![table("long", 1_000_000, 4, 2.0), table("small", 1000, 8, 1.0)];
+    let task = Task::new(tables, Devices::uniform(2, 10 << 20).unwrap()).unwrap();
+    let model = AnalyticalModel::default();
+    let ctx = PlanContext::new(&model, 0);
+    assert!(matches!(NeuroShard::new(small()).plan(&task, &ctx), Err(Error::NoFit { .. })));
+    let refined = planner_core::planners::planner("neuroshard+refine").unwrap().build().plan(&task, &ctx).unwrap();
+    check_plan(&task, &refined, &model, false);
+    assert!(refined.pieces().iter().any(|p| p.table_id == 0 && p.rows.is_some()), "{:?}", refined.pieces());
+    // With no way to fit at all (caps too small even row-wise), the inner planner's error stands.
+    let hopeless = Task::new(vec![table("long", 1_000_000, 4, 2.0)], Devices::uniform(2, 4 << 20).unwrap()).unwrap();
+    let e = planner_core::planners::planner("neuroshard+refine").unwrap().build().plan(&hopeless, &ctx).unwrap_err();
+    assert!(matches!(e, Error::NoFit { .. }), "{e}");
+}

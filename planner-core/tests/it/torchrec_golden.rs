@@ -14,7 +14,9 @@
 //!   proportion to the caps).
 
 use planner_core::memory::plan_usage;
-use planner_core::planners::torchrec::{Perf, ShardingType, TorchRecConfig, TorchRecPlanner, enumerate, plan_torchrec};
+use planner_core::planners::torchrec::{
+    Perf, ShardingType, TorchRecConfig, TorchRecPlanner, enumerate, plan_torchrec, price_plan,
+};
 use planner_core::planners::{PlanContext, Planner};
 use planner_core::{Error, MemoryRule, Task, TorchRecMemory};
 use serde::Deserialize;
@@ -170,6 +172,12 @@ fn check(name: &str) {
     assert!(report.feasible, "{name}: {:?}", report.violations);
     assert_eq!(report.devices.iter().map(|d| d.bytes).collect::<Vec<_>>(), theirs, "{name}: report bytes");
     assert_eq!(report.memory_rule, MemoryRule::TorchRec(memory));
+    // Pricing the plan after the fact gives TorchRec's objective, at TorchRec's per-rank batch, and the
+    // plan is one TorchRec builds.
+    let priced = price_plan(&task, &plan, &TorchRecConfig::default()).unwrap();
+    assert!(close(priced.objective_ms, objective), "{name}: priced {} vs TorchRec {objective}", priced.objective_ms);
+    assert_eq!(priced.batch_per_rank, r.batch_size_per_rank);
+    plan.check_torchrec_buildable(&task).unwrap();
 }
 
 #[test]
