@@ -36,12 +36,12 @@ use planner_core::eval::{
 };
 use planner_core::planners::{PlanContext, PlannerEntry, planners};
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
-use planner_core::{Devices, MemoryRule, TableSpec, Task};
+use planner_core::{Devices, MemoryRule, SplitRule, TableSpec, Task};
 use planner_core::{Error, Plan, PlanDocument, evaluate};
 use serde::Serialize;
 
 use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
-use crate::tasks_cmd::with_rule;
+use crate::tasks_cmd::{Rules, with_rule};
 
 /// Arguments of `shardplan bench`.
 #[derive(Args, Debug)]
@@ -261,6 +261,8 @@ pub struct BenchResult {
     pub cost_model: String,
     /// Memory rule every task was planned and judged under.
     pub memory_rule: MemoryRule,
+    /// Split rule every task was planned under.
+    pub splits: SplitRule,
     /// Suite seed.
     pub seed: u64,
     /// The cells.
@@ -304,7 +306,7 @@ fn seed_protocols(
     model: &dyn CostModel,
     count: usize,
     seed: u64,
-    rule: MemoryRule,
+    rule: Rules,
 ) -> Result<Vec<ProtocolCell>> {
     let cells = [
         ("DreamShard protocol, unseen tables", Protocol::DreamShard, 4, (10, 101)),
@@ -492,7 +494,7 @@ fn optimality(
     entries: &[&PlannerEntry],
     model: &dyn CostModel,
     count: usize,
-    rule: MemoryRule,
+    rule: Rules,
 ) -> Result<Optimality> {
     let spec = SuiteSpec { tables: Some((8, 13)), seed: args.seed ^ 0x0e7a, ..SuiteSpec::neuroshard(4, 128, count, 0) };
     let suite = with_rule(spec.tasks()?, rule);
@@ -552,14 +554,14 @@ fn optimality(
 /// A scale task: `tables` pool tables at dims up to 128 on `devices` devices whose equal caps are the
 /// smallest multiple of 4 GiB holding 1.3× an even share of the bytes and 1.1× the largest table (the
 /// NeuroShard protocol's 4 GiB caps cannot hold 100 such tables on 8 devices).
-fn scale_task(tables: usize, devices: usize, index: usize, seed: u64, rule: MemoryRule) -> Result<SuiteTask> {
+fn scale_task(tables: usize, devices: usize, index: usize, seed: u64, rule: Rules) -> Result<SuiteTask> {
     const GIB4: u64 = 4 << 30;
     let specs = planner_core::task::sample_pool_tables(tables, 128, seed)?;
     let total: u64 = specs.iter().map(TableSpec::size_bytes).sum();
     let largest = specs.iter().map(TableSpec::size_bytes).max().unwrap_or(0);
     let need = ((total as f64 * 1.3 / devices as f64) as u64).max((largest as f64 * 1.1) as u64);
     let cap = need.div_ceil(GIB4).max(1) * GIB4;
-    let task = Task::new(specs, Devices::uniform(devices, cap)?)?.with_memory(rule);
+    let task = rule.apply(Task::new(specs, Devices::uniform(devices, cap)?)?);
     Ok(SuiteTask {
         schema: planner_core::task::TASK_SCHEMA.into(),
         index,
@@ -575,7 +577,7 @@ fn scale(
     entries: &[&PlannerEntry],
     model: &dyn CostModel,
     count: usize,
-    rule: MemoryRule,
+    rule: Rules,
 ) -> Result<Vec<ScaleRow>> {
     let points: &[(usize, usize)] = if args.quick { &[(100, 8)] } else { &[(100, 8), (200, 16), (500, 64)] };
     let mut out = Vec::new();
@@ -655,8 +657,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .unwrap_or_else(|| args.out.as_ref().and_then(|o| o.parent()).unwrap_or(Path::new(".")).join("bench-plans"));
     let entries: Vec<&PlannerEntry> = planners(&args.algos)?;
     let model = args.cost.build()?;
-    let rule = args.memory.rule()?;
-    eprintln!("memory rule: {}", rule.describe());
+    let rule = Rules { memory: args.memory.rule()?, splits: args.memory.splits(SplitRule::Any)? };
+    eprintln!("memory rule: {}; splits: {}", rule.memory.describe(), rule.splits.name());
     let mut cells = Vec::new();
     for &devices in &device_counts {
         for &max_dim in &max_dims {
@@ -736,7 +738,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut result = BenchResult {
         schema: BENCH_SCHEMA,
         cost_model: model.name(),
-        memory_rule: rule,
+        memory_rule: rule.memory,
+        splits: rule.splits,
         seed: args.seed,
         cells,
         optimality: None,
@@ -862,9 +865,10 @@ fn measured_markdown(m: &MeasuredCell) -> String {
 /// The Markdown report.
 fn markdown(r: &BenchResult) -> String {
     let mut out = vec![format!(
-        "# shardplan bench\n\nCost model (prediction judge): `{}`; memory rule: {}; suite seed {}.",
+        "# shardplan bench\n\nCost model (prediction judge): `{}`; memory rule: {}; splits: {}; suite seed {}.",
         r.cost_model,
         r.memory_rule.describe(),
+        r.splits.name(),
         r.seed
     )];
     for c in &r.cells {

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel, profiles};
 use planner_core::units::parse_bytes;
-use planner_core::{Devices, MemoryRule, TableSpec};
+use planner_core::{Devices, MemoryRule, SplitRule, TableSpec};
 
 /// Cost-model options shared by every subcommand that prices plans.
 #[derive(Args, Debug, Clone)]
@@ -32,9 +32,11 @@ pub struct CostArgs {
     /// Override the profile's all-to-all bandwidth, GB/s (10^9 bytes/s).
     #[arg(long)]
     pub comm_gbps: Option<f64>,
-    /// Global batch size the costs are for.
-    #[arg(long, default_value_t = planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH)]
-    pub batch: u64,
+    /// Global batch size the costs are for: the analytical model scales to any [default: 65536]; a
+    /// trained profile predicts the batch it was measured at (its card's `batch_size`, which is then
+    /// the default) and refuses another.
+    #[arg(long)]
+    pub batch: Option<u64>,
     /// Cost definition: `neuroshard` (start delays feed forward comm) or `four-phase` (DreamShard).
     #[arg(long, default_value = "neuroshard", value_parser = parse_definition)]
     pub definition: CostDefinition,
@@ -52,7 +54,8 @@ fn parse_definition(s: &str) -> Result<CostDefinition, String> {
     }
 }
 
-/// Memory-rule options shared by every subcommand that decides or reports whether a plan fits.
+/// Memory-rule and split-rule options shared by every subcommand that decides or reports whether a plan
+/// fits.
 #[derive(Args, Debug, Clone)]
 pub struct MemoryArgs {
     /// How device memory is counted. `torchrec`: TorchRec 1.9.2's rule — 15% of every cap, the dense
@@ -72,6 +75,12 @@ pub struct MemoryArgs {
     /// reserves 6 x the dense model's parameter bytes) [default: 0]
     #[arg(long)]
     pub dense_bytes: Option<String>,
+    /// Which splits plans may use. `torchrec`: only what a TorchRec sharding plan can express — a
+    /// column-split table in equal blocks, a row-split table as one range per rank in rank order.
+    /// `any`: also NeuroShard's dyadic halvings (e.g. 64 columns as 32 + 16 + 16), which TorchRec cannot
+    /// build. [default: torchrec when a TorchRec plan is written (--torchrec-out), else any]
+    #[arg(long, value_parser = ["any", "torchrec"])]
+    pub splits: Option<String>,
 }
 
 impl MemoryArgs {
@@ -81,6 +90,11 @@ impl MemoryArgs {
         let rule = MemoryRule::from_parts(&self.memory_rule, self.reserved_fraction, dense, self.batch_per_rank, None)
             .context("--memory-rule and its parameters (--reserved-fraction, --batch-per-rank, --dense-bytes)")?;
         Ok(rule)
+    }
+
+    /// The split rule `--splits` names, or `default`.
+    pub fn splits(&self, default: SplitRule) -> Result<SplitRule> {
+        Ok(self.splits.as_deref().map(SplitRule::parse).transpose()?.unwrap_or(default))
     }
 }
 
@@ -99,7 +113,8 @@ impl CostArgs {
             if self.risk != 0.0 {
                 bail!("--risk = {} needs a trained ensemble profile, not the analytical model", self.risk);
             }
-            return Ok(Box::new(self.analytical("torchrec")?));
+            let batch = self.batch.unwrap_or(planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH);
+            return Ok(Box::new(self.analytical("torchrec", batch)?));
         }
         let (model, preset) = if let Some(p) = profiles::find(name) {
             (profiles::load(name)?, p.comm_fallback_hw)
@@ -115,13 +130,20 @@ impl CostArgs {
         if self.risk != 0.0 && model.member_count() < 2 {
             bail!("--risk = {}: profile `{name}` has one network, no ensemble to take a spread from", self.risk);
         }
+        let measured_at = model.global_batch().unwrap_or(planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH);
+        if let Some(b) = self.batch.filter(|&b| b != measured_at) {
+            bail!(
+                "--batch = {b}: profile `{name}` was measured at a global batch of {measured_at} and predicts only that \
+                 (use --cost-model analytical to price another batch)"
+            );
+        }
         let model = model.with_risk(self.risk)?;
         let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
-        Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset)?) } else { model }))
+        Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset, measured_at)?) } else { model }))
     }
 
     /// The analytical model with `--hw` (or `preset`) and the overrides.
-    fn analytical(&self, preset: &str) -> Result<AnalyticalModel> {
+    fn analytical(&self, preset: &str, batch: u64) -> Result<AnalyticalModel> {
         let mut hw = HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?;
         if let Some(g) = self.hbm_gbps {
             hw.hbm_bw_bytes_per_s = g * 1e9;
@@ -131,7 +153,7 @@ impl CostArgs {
             hw.comm_bw_bytes_per_s = g * 1e9;
             hw.name = format!("{}+comm{g}", hw.name);
         }
-        Ok(AnalyticalModel::new(hw, self.batch)?)
+        Ok(AnalyticalModel::new(hw, batch)?)
     }
 }
 
@@ -155,7 +177,7 @@ pub fn load_profile_dir(dir: &Path) -> Result<NeuralModel> {
 pub fn devices(count: usize, mem: &str) -> Result<Devices> {
     let caps: Vec<u64> = mem.split(',').map(|s| parse_bytes("--mem", s)).collect::<Result<_, _>>()?;
     let caps = match caps.len() {
-        1 => vec![caps[0]; count],
+        1 => return Ok(Devices::uniform(count, caps[0])?),
         n if n == count => caps,
         n => bail!("--mem lists {n} caps but --devices is {count}; give one cap, or one per device"),
     };
@@ -165,9 +187,26 @@ pub fn devices(count: usize, mem: &str) -> Result<Devices> {
 /// Default per-device cap of the seeds' protocol.
 pub const DEFAULT_MEM: &str = "4GiB";
 
+/// Largest tables file read (a file of [`planner_core::task::MAX_TABLES`] tables is a few tens of MB).
+pub const MAX_TABLES_FILE_BYTES: u64 = 256 << 20;
+
+/// Reads a UTF-8 text file of at most `limit` bytes (a larger one, or an endless one such as
+/// `/dev/zero`, is refused after `limit` bytes, naming the limit), without a leading byte-order mark.
+pub fn read_text_capped(path: &Path, what: &str, limit: u64) -> Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {what} {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).with_context(|| format!("reading {what} {}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        bail!("{what} {} is larger than {limit} bytes, the most read", path.display());
+    }
+    let text = String::from_utf8(bytes).with_context(|| format!("{what} {} is not UTF-8 text", path.display()))?;
+    Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
+}
+
 /// Loads tables from a `.json` or `.csv` file.
 pub fn load_tables(path: &Path, default_dim: Option<u32>) -> Result<Vec<TableSpec>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading tables file {}", path.display()))?;
+    let text = read_text_capped(path, "tables file", MAX_TABLES_FILE_BYTES)?;
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     let tables = match ext.as_str() {
         "csv" => planner_core::input::parse_tables_csv(&text, default_dim),
@@ -184,8 +223,14 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let name = path.file_name().with_context(|| format!("output path {} has no file name", path.display()))?;
     let mut tmp = PathBuf::from(dir);
     tmp.push(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    let written = std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display())).and_then(|()| {
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    });
+    if written.is_err() {
+        // Nothing half-written is left behind; the earlier file, if any, is untouched.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A plain text table with a header row, right-aligning numeric-looking cells.

@@ -7,11 +7,11 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use planner_core::eval::{PlannerSummary, TaskOutcome, summarize};
 use planner_core::planners::{PlanContext, planners};
-use planner_core::{Error, MemoryRule, evaluate};
+use planner_core::{Error, MemoryRule, SplitRule, evaluate};
 use serde::Serialize;
 
 use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
-use crate::tasks_cmd::{SuiteArgs, read_suite, with_rule};
+use crate::tasks_cmd::{Rules, SuiteArgs, read_suite, with_rule};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -52,6 +52,8 @@ pub struct EvalResult {
     pub cost_model: String,
     /// Memory rule every task was planned and judged under.
     pub memory_rule: MemoryRule,
+    /// Split rule every task was planned under.
+    pub splits: SplitRule,
     /// Number of tasks.
     pub tasks: usize,
     /// One row per planner.
@@ -74,12 +76,13 @@ pub struct PlannerRuns {
 /// Runs `shardplan eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
     let rule = args.memory.rule()?;
+    let splits = args.memory.splits(SplitRule::Any)?;
     let suite = with_rule(
         match &args.tasks {
             Some(p) => read_suite(p)?,
             None => args.suite.spec()?.tasks()?,
         },
-        rule,
+        Rules { memory: rule, splits },
     );
     let entries = planners(&args.algos)?;
     let model = args.cost.build()?;
@@ -119,7 +122,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let pairs: Vec<(String, Vec<TaskOutcome>)> = runs.iter().map(|r| (r.planner.clone(), r.outcomes.clone())).collect();
     let summary = summarize(&pairs, |name| planner_core::planners::planner(name).is_ok_and(|e| e.is_seed_baseline));
     let result =
-        EvalResult { cost_model: model.name(), memory_rule: rule, tasks: suite.len(), summary, per_task: runs };
+        EvalResult { cost_model: model.name(), memory_rule: rule, splits, tasks: suite.len(), summary, per_task: runs };
     let json = serde_json::to_string_pretty(&result)?;
     match args.format {
         Format::Md => println!("{}", markdown(&result)),
@@ -150,10 +153,11 @@ fn markdown(r: &EvalResult) -> String {
         })
         .collect();
     format!(
-        "{} tasks, cost model {}, memory rule {}\n\n{}",
+        "{} tasks, cost model {}, memory rule {}, splits {}\n\n{}",
         r.tasks,
         r.cost_model,
         r.memory_rule.describe(),
+        r.splits.name(),
         render_table(
             &[
                 "planner",

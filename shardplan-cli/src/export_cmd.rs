@@ -36,9 +36,12 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     write_torchrec(&task, &plan, args.local_world_size, &args.out)
 }
 
-/// Writes `plan` of `task` as a TorchRec sharding plan to `out`, after checking that it fits every
-/// device under the task's memory rule.
+/// Writes `plan` of `task` as a TorchRec sharding plan to `out`, after checking that TorchRec can build
+/// it and that it fits every device under the task's memory rule.
 pub fn write_torchrec(task: &Task, plan: &Plan, local_world_size: Option<usize>, out: &Path) -> Result<()> {
+    plan.check_torchrec_buildable(task).context(
+        "not writing a TorchRec plan TorchRec cannot build (replan with --splits torchrec, the default of `plan --torchrec-out`)",
+    )?;
     let mut over = Vec::new();
     for (d, (dm, m)) in plan_usage(task, plan)?.into_iter().enumerate() {
         let bytes = m.placed_bytes()?;

@@ -1,7 +1,7 @@
 //! `shardplan`: the command line of shardplan.
 //!
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
-//! `eval` (run planners over a suite), `bench` (every planner on the NeuroShard protocol with both
+//! `eval` (run planners over a suite), `evaluate` (price existing plan files), `bench` (every planner on the NeuroShard protocol with both
 //! judges, bound and optimality gaps, scale), `export-torchrec` (a plan as a TorchRec sharding plan),
 //! `dynamic` (replay a request stream through the ALIS row-sharding policies), `pool` (the built-in
 //! table pool as CSV), `list` (planners and cost models). Arguments are parsed in two
@@ -13,6 +13,7 @@ mod bench_cmd;
 mod common;
 mod dynamic;
 mod eval_cmd;
+mod evaluate_cmd;
 mod export_cmd;
 mod plan_cmd;
 mod pool_cmd;
@@ -38,6 +39,9 @@ enum Command {
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.
     Eval(eval_cmd::EvalArgs),
+    /// Price existing plans (ours, or TorchRec plans with --tables) under any cost model, definition and
+    /// memory rule, with TorchRec's own estimate beside ours.
+    Evaluate(Box<evaluate_cmd::EvaluateArgs>),
     /// Every planner on the NeuroShard protocol, judged by prediction and (optionally) measurement;
     /// lower-bound and optimality gaps; planning time at scale.
     Bench(Box<bench_cmd::BenchArgs>),
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan_cmd::run(a),
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
+        Command::Evaluate(a) => evaluate_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::ExportTorchrec(a) => export_cmd::run(a),
         Command::Dynamic(a) => dynamic::run(a),

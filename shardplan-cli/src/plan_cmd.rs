@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use planner_core::planners::torchrec::{TorchRecConfig, TorchRecPricing, price_plan};
 use planner_core::planners::{PlanContext, planner};
 use planner_core::task::SuiteSpec;
 use planner_core::units::format_bytes;
-use planner_core::{PlanDocument, PlanReport, Task, evaluate};
+use planner_core::{PlanDocument, PlanReport, SplitRule, Task, evaluate};
 
 use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table, write_atomic};
 
@@ -81,7 +82,12 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             t
         }
     }
-    .with_memory(rule);
+    .with_memory(rule)
+    .with_splits(args.memory.splits(if args.torchrec_out.is_some() {
+        SplitRule::TorchRec
+    } else {
+        SplitRule::Any
+    })?);
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_secs_f64() * 1e3;
     let mut ctx = PlanContext::new(model.as_ref(), args.seed);
@@ -95,14 +101,21 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let plan = planner.plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
     let plan_time_ms = clock();
     if let Some(stats) = planner.last_stats() {
-        println!(
-            "Search: {:.1} ms, {} grid searches, {} beam rounds, set-cache hit rate {:.1}%{}",
-            plan_time_ms,
-            stats.grid_searches,
-            stats.rounds,
-            100.0 * stats.hit_rate(),
-            if stats.stopped_early { "; stopped early by --budget-ms, best plan so far" } else { "" }
-        );
+        if stats.proposals > 0 {
+            println!(
+                "Search: {plan_time_ms:.1} ms; TorchRec's planner partitioned {} proposals, {} fit",
+                stats.proposals, stats.proposals_fit
+            );
+        } else {
+            println!(
+                "Search: {:.1} ms, {} grid searches, {} beam rounds, set-cache hit rate {:.1}%{}",
+                plan_time_ms,
+                stats.grid_searches,
+                stats.rounds,
+                100.0 * stats.hit_rate(),
+                if stats.stopped_early { "; stopped early by --budget-ms, best plan so far" } else { "" }
+            );
+        }
     }
     let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;
     println!(
@@ -114,7 +127,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         report.cost_model,
         report.definition
     );
-    println!("Memory rule: {}", report.memory_rule.describe());
+    println!("Memory rule: {}; splits: {}", report.memory_rule.describe(), task.splits.name());
     println!("{}", device_table(&report));
     if args.verbose {
         for d in &report.devices {
@@ -125,13 +138,15 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("predicted cost interval {lo:.3}–{hi:.3} ms (the ensemble's calibrated interval)");
     }
     println!(
-        "cost {:.3} ms per iteration (bottleneck: device {}); fits memory (usable bytes): {}; split tables: {} ({} row-wise)",
+        "cost {:.3} ms per iteration{} (bottleneck: device {}); fits memory (usable bytes): {}; split tables: {} ({} row-wise)",
         report.cost_ms,
+        batch_label(report.global_batch),
         report.bottleneck_device,
         if report.feasible { "yes".to_string() } else { format!("NO ({})", report.violations.join("; ")) },
         plan.split_tables(),
         plan.row_split_tables()
     );
+    println!("{}", torchrec_line(&price_plan(&task, &plan, &TorchRecConfig::default())?));
     if let Some(path) = &args.torchrec_out {
         crate::export_cmd::write_torchrec(&task, &plan, args.local_world_size, path)?;
     }
@@ -140,6 +155,35 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     write_atomic(&args.out, json.as_bytes())?;
     println!("plan written to {}", args.out.display());
     Ok(())
+}
+
+/// `" at a global batch of N"`, or nothing when the model does not say.
+pub fn batch_label(global_batch: Option<u64>) -> String {
+    global_batch.map_or_else(String::new, |b| format!(" at a global batch of {}", group_digits(b)))
+}
+
+/// TorchRec's own estimate of a plan, in its units and at its batch.
+pub fn torchrec_line(t: &TorchRecPricing) -> String {
+    let ranks = t.rank_ms.len() as u64;
+    format!(
+        "TorchRec's estimate of this plan: {:.3} ms (its objective: the largest per-rank sum of shard perf; {} samples per rank, global batch {})",
+        t.objective_ms,
+        group_digits(t.batch_per_rank),
+        group_digits(t.batch_per_rank.saturating_mul(ranks))
+    )
+}
+
+/// `65536` as `65,536`.
+fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The per-device table of a report: memory terms (weights, optimizer state, buffers), their sum

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use planner_core::MemoryRule;
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
+use planner_core::{MemoryRule, SplitRule, Task};
 
 use crate::common::{MemoryArgs, write_atomic};
 
@@ -59,6 +59,10 @@ pub struct SuiteArgs {
 impl SuiteArgs {
     /// The suite these arguments describe.
     pub fn spec(&self) -> Result<SuiteSpec> {
+        let most = planner_core::task::MAX_SUITE_TASKS;
+        if self.count == 0 || self.count > most {
+            bail!("--count = {}: a suite has 1..={most} tasks", self.count);
+        }
         let tables = match &self.table_range {
             None => None,
             Some(r) => {
@@ -105,7 +109,8 @@ pub struct TasksArgs {
 /// Runs `shardplan tasks`.
 pub fn run(args: &TasksArgs) -> Result<()> {
     let rule = args.memory.rule()?;
-    let tasks = with_rule(args.suite.spec()?.tasks()?, rule);
+    let tasks =
+        with_rule(args.suite.spec()?.tasks()?, Rules { memory: rule, splits: args.memory.splits(SplitRule::Any)? });
     let mut text = String::new();
     for t in &tasks {
         writeln!(text, "{}", serde_json::to_string(t)?)?;
@@ -122,8 +127,8 @@ pub fn run(args: &TasksArgs) -> Result<()> {
 }
 
 /// The suite's tasks under `rule`.
-pub fn with_rule(suite: Vec<SuiteTask>, rule: MemoryRule) -> Vec<SuiteTask> {
-    suite.into_iter().map(|st| SuiteTask { task: st.task.with_memory(rule), ..st }).collect()
+pub fn with_rule(suite: Vec<SuiteTask>, rules: Rules) -> Vec<SuiteTask> {
+    suite.into_iter().map(|st| SuiteTask { task: rules.apply(st.task), ..st }).collect()
 }
 
 /// Reads a task suite written by `shardplan tasks`.
@@ -151,4 +156,22 @@ pub fn read_suite(path: &Path) -> Result<Vec<SuiteTask>> {
         bail!("task suite {} holds no tasks", path.display());
     }
     Ok(out)
+}
+
+/// The rules a command plans and judges every task under: how memory is counted and which splits plans
+/// may use.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// The memory rule.
+    pub memory: MemoryRule,
+    /// The split rule.
+    pub splits: SplitRule,
+}
+
+impl Rules {
+    /// `task` under these rules (replacing its own).
+    #[must_use]
+    pub fn apply(self, task: Task) -> Task {
+        task.with_memory(self.memory).with_splits(self.splits)
+    }
 }

@@ -178,6 +178,108 @@ fn torchrec_tables_in_torchrec_plan_out_and_export() {
     check_fails(bin().args(["plan", "--tables"]).arg(&tables).arg("--out").arg(&plan_out), &["`num_embeddings` = 0"]);
 }
 
+/// A plan document with `wide` (dim 64) split as NeuroShard's halvings [32, 16, 16].
+fn halvings_plan(path: &std::path::Path) {
+    let t = |name: &str, rows, dim| {
+        planner_core::TableSpec::new(
+            "t",
+            name.into(),
+            rows,
+            dim,
+            4.0,
+            [0.0; planner_core::table::NUM_BINS],
+            planner_core::ElementType::Fp32,
+            planner_core::OptimizerState::None,
+        )
+        .unwrap()
+    };
+    let task = planner_core::Task::new(
+        vec![t("wide", 100_000, 64), t("small", 1000, 16)],
+        planner_core::Devices::uniform(3, 1 << 30).unwrap(),
+    )
+    .unwrap();
+    let pieces = vec![
+        planner_core::Piece::cols(0, 0, 32, 0),
+        planner_core::Piece::cols(0, 32, 16, 1),
+        planner_core::Piece::cols(0, 48, 16, 2),
+        planner_core::Piece::cols(1, 0, 16, 1),
+    ];
+    let plan = planner_core::Plan::new(&task, pieces).unwrap();
+    let model = planner_core::AnalyticalModel::default();
+    let report = planner_core::evaluate(&task, &plan, &model, planner_core::CostDefinition::NeuroShard).unwrap();
+    let doc = planner_core::PlanDocument::new("hand", 0, task, &plan, report);
+    std::fs::write(path, serde_json::to_string(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn plans_torchrec_can_build_and_evaluate_prices_any_plan_file() {
+    let dir = scratch("buildable");
+    let (plan_out, tr_out) = (dir.join("plan.json"), dir.join("plan.torchrec.json"));
+    // The torchrec planner says what it searched, on success too; every plan gets TorchRec's estimate,
+    // each cost labelled with its batch.
+    let (o, text) = run(bin()
+        .args(["plan", "--algo", "torchrec", "--devices", "4", "--seed", "2", "--out"])
+        .arg(&plan_out)
+        .arg("--torchrec-out")
+        .arg(&tr_out));
+    assert!(o.status.success(), "{text}");
+    for needle in [
+        "TorchRec's planner partitioned",
+        "proposals",
+        "at a global batch of 65,536",
+        "TorchRec's estimate of this plan",
+        "512 samples per rank",
+        "splits: torchrec",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in {text}");
+    }
+    // `evaluate` prices our document and the TorchRec file (with the tables) alike.
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan_out).unwrap()).unwrap();
+    let tables = dir.join("tables.json");
+    std::fs::write(&tables, serde_json::to_string(&doc["task"]["tables"]).unwrap()).unwrap();
+    let json = dir.join("priced.json");
+    let (o, text) = run(bin()
+        .arg("evaluate")
+        .arg(&plan_out)
+        .arg(&tr_out)
+        .arg("--tables")
+        .arg(&tables)
+        .args(["--cost-model", "analytical", "--out"])
+        .arg(&json));
+    assert!(o.status.success(), "{text}");
+    let priced: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (a, b) = (&priced[0], &priced[1]);
+    assert_eq!(a["report"]["cost_ms"], b["report"]["cost_ms"], "{text}");
+    assert_eq!(a["torchrec"]["objective_ms"], b["torchrec"]["objective_ms"], "{text}");
+    assert_eq!(a["report"]["global_batch"], 65536);
+    check_fails(bin().arg("evaluate").arg(&tr_out), &["TorchRec plan", "--tables"]);
+    // A plan TorchRec cannot build is priced (and says so) but never exported.
+    let uneven = dir.join("uneven.json");
+    halvings_plan(&uneven);
+    let (o, text) = run(bin().arg("evaluate").arg(&uneven).args(["--memory-rule", "weights"]));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("TorchRec can build it: no") && text.contains("[32, 16, 16]"), "{text}");
+    let before = std::fs::read_to_string(&tr_out).unwrap();
+    check_fails(
+        bin().arg("export-torchrec").arg(&uneven).arg("--out").arg(&tr_out),
+        &["table `wide`", "[32, 16, 16]", "--splits torchrec"],
+    );
+    assert_eq!(std::fs::read_to_string(&tr_out).unwrap(), before, "the earlier export was kept");
+    // A plan document naming a table twice is refused on read, by every command.
+    let mut dup: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan_out).unwrap()).unwrap();
+    let first = dup["task"]["tables"][0]["name"].clone();
+    dup["task"]["tables"][1]["name"] = first;
+    let dup_path = dir.join("dup.json");
+    std::fs::write(&dup_path, dup.to_string()).unwrap();
+    check_fails(
+        bin().arg("export-torchrec").arg(&dup_path).arg("--out").arg(&tr_out),
+        &["name", "not used by table 0"],
+    );
+    check_fails(bin().arg("evaluate").arg(&dup_path), &["name", "not used by table 0"]);
+    // A trained profile predicts the batch it was measured at, and says so instead of ignoring --batch.
+    check_fails(bin().args(["plan", "--batch", "4096", "--out"]).arg(dir.join("x.json")), &["--batch = 4096", "65536"]);
+}
+
 #[test]
 fn eval_reports_torchrec_no_plan_as_an_unsolved_task() {
     // On the seed-0 four-device suite TorchRec's reservations leave tasks 9, 12 and 15 without a plan:
@@ -442,4 +544,43 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
     );
     check_fails(bin().args(["dynamic", "--input"]).arg(dir.join("missing.jsonl")), &["missing.jsonl"]);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me", "a failed run must not overwrite the report");
+}
+
+/// Inputs that once gave wrong answers, aborts or minutes of work: each is refused at once, by name.
+#[test]
+fn hostile_sizes_and_counts_are_refused_before_any_work() {
+    let dir = scratch("hostile");
+    let out = dir.join("plan.json");
+    std::fs::write(&out, "keep me").unwrap();
+    // Device counts are checked before any allocation (4294967295 once aborted allocating 32 GiB).
+    for n in ["4294967295", "1000000000", "4097"] {
+        check_fails(bin().args(["plan", "--devices", n, "--out"]).arg(&out), &["count", n, "1..=4096"]);
+    }
+    // Sizes past 64 bits are errors naming the value, not u64::MAX or "at least 1 byte".
+    for mem in ["18446744073709551616", "99999999999TiB"] {
+        check_fails(bin().args(["plan", "--mem", mem, "--out"]).arg(&out), &[mem, "at most 18446744073709551615"]);
+    }
+    // Pooling factors have a documented range, checked where the table is read.
+    let tables = dir.join("t.csv");
+    std::fs::write(&tables, "name,rows,dim,pooling_factor\na,100,8,1e20\n").unwrap();
+    check_fails(bin().args(["plan", "--tables"]).arg(&tables).arg("--out").arg(&out), &["pooling_factor", "0..=10000"]);
+    // A duplicated CSV column is refused, not read as its first copy.
+    std::fs::write(&tables, "name,rows,rows,dim,pooling_factor\na,100,7,8,1\n").unwrap();
+    check_fails(bin().args(["plan", "--tables"]).arg(&tables).arg("--out").arg(&out), &["\"rows\"", "twice"]);
+    // Suites and synthetic streams past their limits.
+    check_fails(
+        bin().args(["tasks", "--table-range", "1..100000000", "--out"]).arg(dir.join("s.jsonl")),
+        &["tables", "100001"],
+    );
+    check_fails(
+        bin().args(["tasks", "--count", "100000000", "--out"]).arg(dir.join("s.jsonl")),
+        &["count", "100000000"],
+    );
+    for (c, i) in [("100000000", "100000000"), ("4294967297", "4294967297")] {
+        check_fails(
+            bin().args(["dynamic", "--synthetic", "--communities", c, "--items-per-community", i]),
+            &["communities x items_per_community", "at most 50000000 items"],
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
 }
