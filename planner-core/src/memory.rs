@@ -543,6 +543,39 @@ pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceM
         .collect()
 }
 
+/// Why `device` does not fit under the memory rule named `rule`: its reservation exceeds its cap, or the
+/// bytes placed on it exceed its usable bytes. `None` when it fits. The one wording of "does not fit",
+/// for reports, planners and the export alike.
+#[must_use]
+pub fn violation(device: usize, dm: &DeviceMemory, placed_bytes: u64, rule: &str) -> Option<String> {
+    let cap = dm.cap_bytes;
+    if !dm.reservation_fits() {
+        Some(format!(
+            "device {device}: the {rule} memory rule reserves {} bytes, more than its cap {cap}",
+            dm.reserved_bytes
+        ))
+    } else if placed_bytes > dm.usable_bytes && dm.reserved_bytes == 0 {
+        Some(format!("device {device}: {placed_bytes} bytes placed, cap {cap}"))
+    } else if placed_bytes > dm.usable_bytes {
+        Some(format!(
+            "device {device}: {placed_bytes} bytes placed, {} usable of cap {cap} ({} reserved by the {rule} memory rule)",
+            dm.usable_bytes, dm.reserved_bytes
+        ))
+    } else {
+        None
+    }
+}
+
+/// Every device of `plan` that does not fit under `task`'s rule, one line each ([`violation`]); empty
+/// when the plan fits. Byte counts past `u64` are errors ([`plan_usage`]).
+pub fn plan_violations(task: &Task, plan: &Plan) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (d, (dm, m)) in plan_usage(task, plan)?.iter().enumerate() {
+        out.extend(violation(d, dm, m.placed_bytes()?, task.memory.name()));
+    }
+    Ok(out)
+}
+
 /// Whether `need_bytes` more fit on a device holding `used_bytes` of `usable_bytes` (no overflow).
 #[must_use]
 pub fn fits(used_bytes: u64, need_bytes: u64, usable_bytes: u64) -> bool {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use planner_core::memory::plan_usage;
+use planner_core::memory::plan_violations;
 use planner_core::torchrec_plan::to_torchrec_plan;
 use planner_core::{Plan, PlanDocument, Task};
 
@@ -42,13 +42,7 @@ pub fn write_torchrec(task: &Task, plan: &Plan, local_world_size: Option<usize>,
     plan.check_torchrec_buildable(task).context(
         "not writing a TorchRec plan TorchRec cannot build (replan with --splits torchrec, the default of `plan --torchrec-out`)",
     )?;
-    let mut over = Vec::new();
-    for (d, (dm, m)) in plan_usage(task, plan)?.into_iter().enumerate() {
-        let bytes = m.placed_bytes()?;
-        if !dm.reservation_fits() || bytes > dm.usable_bytes {
-            over.push(format!("device {d}: {bytes} bytes, {} usable of cap {}", dm.usable_bytes, dm.cap_bytes));
-        }
-    }
+    let over = plan_violations(task, plan)?;
     if !over.is_empty() {
         bail!(
             "the plan does not fit under the {} memory rule ({}); not writing a TorchRec plan that would run out of memory \

@@ -226,20 +226,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
         let bytes = memory.placed_bytes()?;
         let cap = dm.cap_bytes;
-        let rule = task.memory.name();
-        if !dm.reservation_fits() {
-            violations.push(format!(
-                "device {device}: the {rule} memory rule reserves {} bytes, more than its cap {cap}",
-                dm.reserved_bytes
-            ));
-        } else if bytes > dm.usable_bytes && dm.reserved_bytes == 0 {
-            violations.push(format!("device {device}: {bytes} bytes placed, cap {cap}"));
-        } else if bytes > dm.usable_bytes {
-            violations.push(format!(
-                "device {device}: {bytes} bytes placed, {} usable of cap {cap} ({} reserved by the {rule} memory rule)",
-                dm.usable_bytes, dm.reserved_bytes
-            ));
-        }
+        violations.extend(crate::memory::violation(device, &dm, bytes, task.memory.name()));
         let labels = idx
             .iter()
             .map(|&i| {

@@ -428,12 +428,7 @@ impl Planner for Refined {
         let (plan, mut stats) = refine(task, &first, &rest, &self.config)?;
         if let Some(e) = no_fit {
             // A device whose bytes cannot even be counted does not fit either.
-            let fits = crate::memory::plan_usage(task, &plan).is_ok_and(|usage| {
-                usage
-                    .iter()
-                    .all(|(dm, m)| dm.reservation_fits() && m.placed_bytes().is_ok_and(|b| b <= dm.usable_bytes))
-            });
-            if !fits {
+            if !crate::memory::plan_violations(task, &plan).is_ok_and(|v| v.is_empty()) {
                 return Err(e);
             }
         }

@@ -774,19 +774,16 @@ impl Planner for TorchRecPlanner {
             ..SearchStats::default()
         });
         let plan = outcome.to_plan(task)?;
-        for (d, (dm, m)) in crate::memory::plan_usage(task, &plan)?.into_iter().enumerate() {
-            let bytes = m.placed_bytes()?;
-            if !dm.reservation_fits() || bytes > dm.usable_bytes {
-                return Err(Error::NoPlan {
-                    planner: "torchrec".into(),
-                    reason: format!(
-                        "TorchRec's plan puts {bytes} bytes on device {d} ({} usable of cap {}) under the task's {} memory rule",
-                        dm.usable_bytes,
-                        dm.cap_bytes,
-                        task.memory.name()
-                    ),
-                });
-            }
+        let over = crate::memory::plan_violations(task, &plan)?;
+        if !over.is_empty() {
+            return Err(Error::NoPlan {
+                planner: "torchrec".into(),
+                reason: format!(
+                    "TorchRec's plan does not fit under the task's {} memory rule: {}",
+                    task.memory.name(),
+                    over.join("; ")
+                ),
+            });
         }
         Ok(plan)
     }
