@@ -176,6 +176,11 @@ pub struct MeasuredCell {
     pub paired: Vec<Paired>,
     /// Where the plans and measurements are.
     pub dir: String,
+    /// The measuring machine's fingerprint (`shardplan-collect`'s hardware record).
+    pub hardware: String,
+    /// The machine the cost model was measured on, when its card records one; when it differs from
+    /// `hardware` the accuracy figures compare predictions for one machine with times on another.
+    pub model_hardware: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -436,6 +441,8 @@ fn measure_cell(
     let names: Vec<String> = measured.iter().map(|&p| entries[p].name.to_string()).collect();
     let mut tasks = Vec::new();
     let mut skipped = Vec::new();
+    let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
+    let mut hardware = String::new();
     for (k, st) in suite.iter().enumerate() {
         if tasks.len() >= args.measure_tasks {
             break;
@@ -458,6 +465,14 @@ fn measure_cell(
         let out = dir.join(format!("task{}.measured.json", st.index));
         eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
         let m = measure(args, bin, &docs, &out, st.seed)?;
+        if hardware.is_empty() {
+            hardware.clone_from(&m.hardware.fingerprint);
+            if let Some(trained) = model_hardware.as_ref().filter(|t| **t != hardware) {
+                eprintln!(
+                    "  note: the cost model was measured on `{trained}`, these plans on `{hardware}`: its accuracy here is across machines"
+                );
+            }
+        }
         tasks.push(JudgedTask {
             task: format!("task {}", st.index),
             speed_factor: m.speed_factor(model),
@@ -486,7 +501,15 @@ fn measure_cell(
     } else {
         names.iter().filter(|n| !ours.contains(n)).filter_map(|n| paired(&tasks, &ours, n)).collect()
     };
-    Ok(MeasuredCell { tasks: tasks.len(), skipped, summary, paired, dir: dir.display().to_string() })
+    Ok(MeasuredCell {
+        tasks: tasks.len(),
+        skipped,
+        summary,
+        paired,
+        dir: dir.display().to_string(),
+        hardware,
+        model_hardware,
+    })
 }
 
 fn optimality(
@@ -802,8 +825,15 @@ fn measured_markdown(m: &MeasuredCell) -> String {
             )
         },
     );
+    let machines = match &m.model_hardware {
+        Some(trained) if *trained != m.hardware => format!(
+            "Measured on `{}`; **the cost model was measured on another machine** (`{trained}`), so its accuracy below is across machines. ",
+            m.hardware
+        ),
+        _ => format!("Measured on `{}`. ", m.hardware),
+    };
     let mut out = vec![format!(
-        "\nMeasured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
+        "\n{machines}Measured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
          Kendall's tau (predicted vs measured ranking of the planners' plans) per task: {}; **mean {}**; same winner on {}/{} tasks. \
          MAPE of plan cost as measured {} (bias {}), of device cost {}; inside the predicted interval {}. \
          At the cost model's reference speed: MAPE of plan cost {at_speed}. \

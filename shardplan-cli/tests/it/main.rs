@@ -456,6 +456,9 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
         assert!(cells[0]["measured"].is_null(), "only 4x128 is measured");
         let m = &cells[1]["measured"];
         assert_eq!(m["tasks"], 2);
+        assert_eq!(m["hardware"], "fake", "the measuring machine is recorded: {m}");
+        assert!(m["model_hardware"].is_null(), "the analytical model names no machine: {m}");
+        assert!(text.contains("Measured on `fake`"), "{text}");
         let s = &m["summary"];
         assert_eq!(s["plans"], 8, "{m}");
         assert!((s["kendall_tau_mean"].as_f64().unwrap() - tau).abs() < 1e-9, "{m}");
