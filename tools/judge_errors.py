@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Where a cost model's predictions miss, by planner: measured over predicted, term by term.
+
+Usage: tools/judge_errors.py BENCH_PLANS
+
+BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
+`taskN.measured.json` in each). For every cell and planner it prints the geometric mean of measured /
+predicted for the plan's cost, for every device's compute (devices predicted under 0.5 ms are left out),
+and for the bottleneck device's compute, with the share of devices the model underprices by more than
+25%. A search that walks to the sets its model underprices shows up as a planner whose ratios sit above
+the others'. Standard library only.
+"""
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+
+def gmean(values):
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else float("nan")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.split("\n\n")[1])
+    root = Path(sys.argv[1])
+    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
+    if not cells:
+        sys.exit(f"no cell folders in {root}")
+    for cell in cells:
+        by_planner = {}
+        measured_files = sorted(cell.glob("task*.measured.json"))
+        for path in measured_files:
+            for p in json.loads(path.read_text())["plans"]:
+                row = by_planner.setdefault(p["planner"], {"plan": [], "compute": [], "bottleneck": []})
+                pred, meas = p["predicted"], p["measured"]
+                if pred["cost_ms"] > 0 and meas["cost_ms"] > 0:
+                    row["plan"].append(meas["cost_ms"] / pred["cost_ms"])
+                for a, b in zip(pred["devices"], meas["devices"]):
+                    if a["compute_ms"] >= 0.5 and b["compute_ms"] > 0:
+                        row["compute"].append(b["compute_ms"] / a["compute_ms"])
+                k = pred.get("bottleneck_device")
+                if k is not None and pred["devices"][k]["compute_ms"] >= 0.5:
+                    row["bottleneck"].append(meas["devices"][k]["compute_ms"] / pred["devices"][k]["compute_ms"])
+        print(f"## {cell.name} ({len(measured_files)} tasks): measured / predicted, geometric mean")
+        print("| planner | plan cost | device compute | under by > 25% | predicted bottleneck's compute |")
+        print("|---|---|---|---|---|")
+        for name, row in by_planner.items():
+            under = sum(r > 1.25 for r in row["compute"])
+            print(
+                f"| {name} | {gmean(row['plan']):.2f} | {gmean(row['compute']):.2f} | "
+                f"{under}/{len(row['compute'])} | {gmean(row['bottleneck']):.2f} |"
+            )
+        print()
+
+
+if __name__ == "__main__":
+    main()

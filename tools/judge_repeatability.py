@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""How far the measured judge agrees with itself: the same plans measured in two bench runs.
+
+Usage: tools/judge_repeatability.py RUN_A RUN_B
+       tools/judge_repeatability.py RUN
+
+RUN_A and RUN_B are `bench-plans` folders written by `shardplan bench --measure-with` (one sub-folder per
+cell, `taskN_PLANNER.plan.json` and `taskN.measured.json` in each). For every task measured in both runs,
+plans are matched by planner and kept only where both runs measured the identical plan (same pieces on the
+same devices). Per cell it prints:
+
+* the ratio of a plan's measured cost in B to A (p10 / p50 / p90, and the s.d. of its log), as measured
+  and at the reference speed (each run's cost divided by that task's reference-kernel reading);
+* the same for each plan's cost relative to the `torchrec` plan of its task in the same run, which is
+  what a planner comparison rests on;
+* Kendall's tau between the two runs' rankings of a task's plans (mean over tasks) and on how many tasks
+  both runs pick the same fastest plan.
+
+A model cannot be shown to rank plans better than the judge ranks them against itself, so the mean tau
+here is the ceiling for the "Kendall's tau" goal on that machine and protocol. With one folder, the two
+halves of one run are compared instead: every plan's first measuring round against its second (the plans of
+a task are interleaved, so both halves saw the same conditions); a half has half the repetitions, so this
+agreement is a lower bound on the run's own. Standard library only.
+"""
+
+import json
+import math
+import statistics
+import sys
+from itertools import combinations
+from pathlib import Path
+
+
+def load_cell(cell: Path, round_index=None):
+    """{task index: (reference_ms, {planner: (pieces, cost_ms)})} for one cell folder; with `round_index`,
+    each plan's cost in that measuring round instead of its overall cost."""
+    out = {}
+    for measured in sorted(cell.glob("task*.measured.json")):
+        task = measured.name[len("task") : -len(".measured.json")]
+        doc = json.loads(measured.read_text())
+        plans = {}
+        for p in doc["plans"]:
+            name = p["planner"]
+            plan_file = cell / f"task{task}_{name.replace('+', '-')}.plan.json"
+            pieces = json.loads(plan_file.read_text())["pieces"] if plan_file.exists() else None
+            if round_index is None:
+                cost = p["measured"]["cost_ms"]
+            elif len(p["round_costs_ms"]) > round_index:
+                cost = p["round_costs_ms"][round_index]
+            else:
+                sys.exit(f"{measured}: plan {name} has fewer than {round_index + 1} rounds")
+            plans[name] = (pieces, cost)
+        out[task] = (doc["reference_ms"], plans)
+    return out
+
+
+def kendall_tau(xs, ys):
+    """Tau-b of two equally long sequences (ties counted as neither concordant nor discordant)."""
+    conc = disc = tx = ty = 0
+    for i, j in combinations(range(len(xs)), 2):
+        dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            tx += 1
+        elif dy == 0:
+            ty += 1
+        elif (dx > 0) == (dy > 0):
+            conc += 1
+        else:
+            disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return (conc - disc) / denom if denom else float("nan")
+
+
+def quantiles(values):
+    v = sorted(values)
+    q = statistics.quantiles(v, n=10, method="inclusive") if len(v) > 1 else v * 9
+    return q[0], statistics.median(v), q[-1]
+
+
+def spread(ratios):
+    p10, p50, p90 = quantiles(ratios)
+    logs = [math.log(r) for r in ratios]
+    sd = statistics.stdev(logs) if len(logs) > 1 else float("nan")
+    return f"{p10:.2f} / {p50:.2f} / {p90:.2f} (log s.d. {100 * sd:.1f}%)"
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__.split("\n\n")[1])
+    a_root, b_root = Path(sys.argv[1]), Path(sys.argv[-1])
+    halves = len(sys.argv) == 2
+    for root in (a_root, b_root):
+        if not root.is_dir():
+            sys.exit(f"not a folder: {root}")
+    cells = sorted(c.name for c in a_root.iterdir() if c.is_dir() and (b_root / c.name).is_dir())
+    if not cells:
+        sys.exit(f"no cell folder is in both {a_root} and {b_root}")
+    for cell in cells:
+        if halves:
+            a, b = load_cell(a_root / cell, 0), load_cell(b_root / cell, 1)
+        else:
+            a, b = load_cell(a_root / cell), load_cell(b_root / cell)
+        ratios, ratios_ref, rel, taus, same_winner, tasks, differing = [], [], [], [], 0, 0, 0
+        for task in sorted(set(a) & set(b), key=int):
+            (ref_a, pa), (ref_b, pb) = a[task], b[task]
+            names = []
+            for name in sorted(set(pa) & set(pb)):
+                if pa[name][0] is None or pa[name][0] != pb[name][0]:
+                    differing += 1
+                    continue
+                names.append(name)
+            if len(names) < 2:
+                continue
+            tasks += 1
+            ca = [pa[n][1] for n in names]
+            cb = [pb[n][1] for n in names]
+            for x, y in zip(ca, cb):
+                ratios.append(y / x)
+                ratios_ref.append((y / ref_b) / (x / ref_a))
+            if "torchrec" in names:
+                t = names.index("torchrec")
+                rel += [(cb[k] / cb[t]) / (ca[k] / ca[t]) for k in range(len(names)) if k != t]
+            taus.append(kendall_tau(ca, cb))
+            same_winner += min(range(len(ca)), key=ca.__getitem__) == min(range(len(cb)), key=cb.__getitem__)
+        what = "plans, round 2 against round 1" if halves else "identical plans measured in both runs"
+        print(f"## {cell}: {tasks} tasks, {len(ratios)} {what}", end="")
+        print(f" ({differing} plans differ between the runs and are left out)" if differing else "")
+        if not ratios:
+            continue
+        print(f"- cost B / A, p10 / p50 / p90: {spread(ratios)}")
+        if not halves:
+            print(f"- at reference speed: {spread(ratios_ref)}")
+        if rel:
+            print(f"- cost relative to the task's torchrec plan, B / A: {spread(rel)}")
+        print(f"- Kendall's tau between the runs' rankings: mean {statistics.mean(taus):.2f} "
+              f"(per task {', '.join(f'{t:.2f}' for t in taus)}); same fastest plan on {same_winner}/{tasks} tasks")
+
+
+if __name__ == "__main__":
+    main()
