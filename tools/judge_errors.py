@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a cost model's predictions miss, by planner: measured over predicted, term by term.
+"""Where a cost model's predictions miss, by planner: measured over predicted plan cost and device compute.
 
 Usage: tools/judge_errors.py BENCH_PLANS
 

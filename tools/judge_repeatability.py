@@ -50,7 +50,7 @@ def load_cell(cell: Path, round_index=None):
             else:
                 sys.exit(f"{measured}: plan {name} has fewer than {round_index + 1} rounds")
             plans[name] = (pieces, cost)
-        out[task] = (doc["reference_ms"], plans)
+        out[task] = (doc.get("reference_ms"), plans)
     return out
 
 
@@ -118,7 +118,8 @@ def main():
             cb = [pb[n][1] for n in names]
             for x, y in zip(ca, cb):
                 ratios.append(y / x)
-                ratios_ref.append((y / ref_b) / (x / ref_a))
+                if ref_a and ref_b:
+                    ratios_ref.append((y / ref_b) / (x / ref_a))
             if "torchrec" in names:
                 t = names.index("torchrec")
                 rel += [(cb[k] / cb[t]) / (ca[k] / ca[t]) for k in range(len(names)) if k != t]
@@ -130,7 +131,7 @@ def main():
         if not ratios:
             continue
         print(f"- cost B / A, p10 / p50 / p90: {spread(ratios)}")
-        if not halves:
+        if not halves and len(ratios_ref) == len(ratios):
             print(f"- at reference speed: {spread(ratios_ref)}")
         if rel:
             print(f"- cost relative to the task's torchrec plan, B / A: {spread(rel)}")

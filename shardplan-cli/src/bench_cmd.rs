@@ -176,8 +176,9 @@ pub struct MeasuredCell {
     pub paired: Vec<Paired>,
     /// Where the plans and measurements are.
     pub dir: String,
-    /// The measuring machine's fingerprint (`shardplan-collect`'s hardware record).
-    pub hardware: String,
+    /// The measuring machine's fingerprint (`shardplan-collect`'s hardware record of the first measured
+    /// task; `None` when no task was measured).
+    pub hardware: Option<String>,
     /// The machine the cost model was measured on, when its card records one; when it differs from
     /// `hardware` the accuracy figures compare predictions for one machine with times on another.
     pub model_hardware: Option<String>,
@@ -442,7 +443,7 @@ fn measure_cell(
     let mut tasks = Vec::new();
     let mut skipped = Vec::new();
     let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
-    let mut hardware = String::new();
+    let mut hardware: Option<String> = None;
     for (k, st) in suite.iter().enumerate() {
         if tasks.len() >= args.measure_tasks {
             break;
@@ -465,13 +466,14 @@ fn measure_cell(
         let out = dir.join(format!("task{}.measured.json", st.index));
         eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
         let m = measure(args, bin, &docs, &out, st.seed)?;
-        if hardware.is_empty() {
-            hardware.clone_from(&m.hardware.fingerprint);
-            if let Some(trained) = model_hardware.as_ref().filter(|t| **t != hardware) {
+        if hardware.is_none() {
+            let here = &m.hardware.fingerprint;
+            if let Some(trained) = model_hardware.as_ref().filter(|t| *t != here) {
                 eprintln!(
-                    "  note: the cost model was measured on `{trained}`, these plans on `{hardware}`: its accuracy here is across machines"
+                    "  note: the cost model was measured on `{trained}`, these plans on `{here}`: its accuracy here is across machines"
                 );
             }
+            hardware = Some(here.clone());
         }
         tasks.push(JudgedTask {
             task: format!("task {}", st.index),
@@ -825,12 +827,12 @@ fn measured_markdown(m: &MeasuredCell) -> String {
             )
         },
     );
-    let machines = match &m.model_hardware {
-        Some(trained) if *trained != m.hardware => format!(
-            "Measured on `{}`; **the cost model was measured on another machine** (`{trained}`), so its accuracy below is across machines. ",
-            m.hardware
+    let machines = match (&m.hardware, &m.model_hardware) {
+        (None, _) => String::new(),
+        (Some(here), Some(trained)) if trained != here => format!(
+            "Measured on `{here}`; **the cost model was measured on another machine** (`{trained}`), so its accuracy below is across machines. "
         ),
-        _ => format!("Measured on `{}`. ", m.hardware),
+        (Some(here), _) => format!("Measured on `{here}`. "),
     };
     let mut out = vec![format!(
         "\n{machines}Measured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \

@@ -225,7 +225,6 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         let set: Vec<PieceRef<'_>> =
             idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
         let bytes = memory.placed_bytes()?;
-        let cap = dm.cap_bytes;
         violations.extend(crate::memory::violation(device, &dm, bytes, task.memory.name()));
         let labels = idx
             .iter()
@@ -245,7 +244,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             device,
             pieces: labels,
             bytes,
-            mem_cap_bytes: cap,
+            mem_cap_bytes: dm.cap_bytes,
             memory,
             dim_sum: set.iter().map(|p| u64::from(p.dim)).sum(),
             compute_ms: model.compute_ms(&set)?,
