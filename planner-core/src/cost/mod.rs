@@ -257,19 +257,15 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         });
     }
     let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
-    let bw = model.bw_comm_ms(&dims)?;
-    check_len(model, "backward comm", &bw, n)?;
     let compute: Vec<f64> = devices.iter().map(|d| d.compute_ms).collect();
-    let delays = start_delays_ms(&compute, &bw, definition);
-    let fw = model.fw_comm_ms(&dims, &delays)?;
-    check_len(model, "forward comm", &fw, n)?;
+    let times = device_times(model, &compute, &dims, definition)?;
     for (i, d) in devices.iter_mut().enumerate() {
-        d.bw_comm_ms = bw[i];
-        d.fw_comm_ms = fw[i];
-        d.delay_ms = delays[i];
-        d.total_ms = d.compute_ms + d.bw_comm_ms + d.fw_comm_ms;
+        d.bw_comm_ms = times.bw_comm_ms[i];
+        d.fw_comm_ms = times.fw_comm_ms[i];
+        d.delay_ms = times.delay_ms[i];
+        d.total_ms = times.total_ms[i];
     }
-    let (bottleneck_device, cost_ms) = bottleneck(&devices.iter().map(|d| d.total_ms).collect::<Vec<_>>());
+    let (bottleneck_device, cost_ms) = bottleneck(&times.total_ms);
     let mut cost_interval_ms = None;
     if let Some(z) = model.interval_z() {
         // Every device's members; an empty device costs 0 under every member.
@@ -336,6 +332,42 @@ fn check_len(model: &dyn CostModel, what: &str, v: &[f64], n: usize) -> Result<(
             v.iter().all(|x| x.is_finite())
         ),
     })
+}
+
+/// Every device's exchange times and total under a cost definition, from its compute and dim sum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceTimes {
+    /// Backward all-to-all per device, ms.
+    pub bw_comm_ms: Vec<f64>,
+    /// Forward all-to-all per device (after its start delay), ms.
+    pub fw_comm_ms: Vec<f64>,
+    /// Start delay of the forward all-to-all per device ([`start_delays_ms`]), ms.
+    pub delay_ms: Vec<f64>,
+    /// `compute + bw + fw` per device, ms; the largest is the plan's cost ([`bottleneck`]).
+    pub total_ms: Vec<f64>,
+}
+
+/// The one cost formula (SPEC section 1) from per-device compute: the model's backward exchange, the start
+/// delays, the forward exchange with those delays, and each device's total. [`evaluate`] and the searches
+/// call it; the collector's measured plans use its parts ([`start_delays_ms`], [`bottleneck`]) with measured
+/// exchanges.
+///
+/// # Errors
+/// [`Error::CostModel`] when the model returns the wrong number of values or non-finite ones.
+pub fn device_times(
+    model: &dyn CostModel,
+    compute_ms: &[f64],
+    dim_sums: &[f64],
+    definition: CostDefinition,
+) -> Result<DeviceTimes> {
+    let n = compute_ms.len();
+    let bw = model.bw_comm_ms(dim_sums)?;
+    check_len(model, "backward comm", &bw, n)?;
+    let delays = start_delays_ms(compute_ms, &bw, definition);
+    let fw = model.fw_comm_ms(dim_sums, &delays)?;
+    check_len(model, "forward comm", &fw, n)?;
+    let total_ms = (0..n).map(|i| compute_ms[i] + bw[i] + fw[i]).collect();
+    Ok(DeviceTimes { bw_comm_ms: bw, fw_comm_ms: fw, delay_ms: delays, total_ms })
 }
 
 /// The forward all-to-all's start delay of every device (SPEC section 1): under NeuroShard's definition a

@@ -13,7 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::SearchStats;
 use crate::cost::incremental::{add_into, to_fixed};
-use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef};
+use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef, bottleneck, device_times};
 use crate::error::{Error, Result};
 use crate::task::Task;
 
@@ -292,29 +292,8 @@ impl<'a> Evaluator<'a> {
             self.stats.plan_memo_hits += 1;
             return Ok(c);
         }
-        let n = compute.len();
         let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-        let bw = self.model.bw_comm_ms(&dims_f)?;
-        let delays: Vec<f64> = match self.definition {
-            CostDefinition::NeuroShard => {
-                let start: Vec<f64> = (0..n).map(|r| compute[r] + bw.get(r).copied().unwrap_or(0.0)).collect();
-                let min = start.iter().copied().fold(f64::INFINITY, f64::min);
-                start.iter().map(|s| s - min).collect()
-            }
-            CostDefinition::FourPhase => vec![0.0; n],
-        };
-        let fw = self.model.fw_comm_ms(&dims_f, &delays)?;
-        if bw.len() != n || fw.len() != n || bw.iter().chain(&fw).any(|v| !v.is_finite()) {
-            return Err(Error::CostModel {
-                model: self.model.name(),
-                message: format!(
-                    "comm returned {} and {} values for {n} devices (or non-finite ones)",
-                    bw.len(),
-                    fw.len()
-                ),
-            });
-        }
-        let cost = (0..n).map(|r| compute[r] + bw[r] + fw[r]).fold(f64::NEG_INFINITY, f64::max);
+        let cost = bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms).1;
         self.comm_memo.insert(key, cost);
         Ok(cost)
     }
