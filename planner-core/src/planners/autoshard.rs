@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use tract_onnx::pb::TensorProto;
 use tract_onnx::prelude::Framework;
 
-use super::{PlanContext, Planner};
+use super::{PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::native::NativeMlp;
 use crate::cost::{CostModel, NeuralModel, PieceRef, profiles};
 use crate::error::{Error, Result};
@@ -499,39 +499,62 @@ impl<'a> Episode<'a> {
     }
 }
 
-/// A greedy rollout of `net` on `task` priced by `model`: the device of every table.
+/// A greedy rollout of `net` on `task` priced by `model`: the device of every table, and whether `stop`
+/// (asked before every table) cut the policy short. Once it does, each table left goes to the legal
+/// device with the least predicted compute. The devices' latent sums grow by one table per step (the same
+/// sums, in the same order, as [`Episode::action_features`]), so a rollout is linear in the tables.
 ///
 /// # Errors
 /// [`Error::NoFit`] when a table fits on no device; a cost-model error.
-pub fn greedy_assignment(net: &AutoShardNet, task: &Task, model: &dyn CostModel) -> Result<Vec<usize>> {
+pub fn greedy_assignment(
+    net: &AutoShardNet,
+    task: &Task,
+    model: &dyn CostModel,
+    stop: &dyn Fn() -> bool,
+) -> Result<(Vec<usize>, bool)> {
     let mut ep = Episode::new(task, model)?;
     let states = net.states(&ep.step_inputs());
     let latents: Vec<Vec<f64>> = ep.features().iter().map(|f| net.latent(f)).collect();
-    while !ep.done() {
+    let mut sums = vec![[0.0; ACTION_LEN]; task.devices.count()];
+    let mut stopped = false;
+    while let Some(t) = ep.current_table() {
         let legal = ep.legal();
-        let logits = net.logits(&states[ep.step()], &ep.action_features(&latents));
-        let mut best: Option<usize> = None;
-        for (d, (&ok, &v)) in legal.iter().zip(&logits).enumerate() {
-            if ok && best.is_none_or(|b| v > logits[b]) {
-                best = Some(d);
-            }
-        }
+        stopped = stopped || stop();
+        let best = if stopped {
+            super::least_loaded_legal(ep.device_compute_ms(), &legal)
+        } else {
+            let actions: Vec<[f64; ACTION_LEN]> = sums
+                .iter()
+                .zip(ep.device_extras())
+                .map(|(s, extra)| {
+                    let mut a = *s;
+                    a[LATENT_LEN] = extra[0];
+                    a[LATENT_LEN + 1] = extra[1];
+                    a
+                })
+                .collect();
+            super::argmax_legal(&net.logits(&states[ep.step()], &actions), &legal)
+        };
         let device = best.ok_or_else(|| ep.no_fit())?;
         ep.place(device)?;
+        for (x, l) in sums[device].iter_mut().zip(&latents[t]) {
+            *x += l;
+        }
     }
-    Ok(ep.assignment().to_vec())
+    Ok((ep.assignment().to_vec(), stopped))
 }
 
 /// The AutoShard planner: a trained policy run greedily.
 pub struct AutoShard {
     policy: Option<LoadedPolicy>,
     loaded: OnceCell<(AutoShardNet, NeuralModel)>,
+    stats: StatsCell,
 }
 
 impl Default for AutoShard {
     /// The embedded default policy (loaded on first use).
     fn default() -> Self {
-        Self { policy: None, loaded: OnceCell::new() }
+        Self { policy: None, loaded: OnceCell::new(), stats: StatsCell::default() }
     }
 }
 
@@ -539,7 +562,7 @@ impl AutoShard {
     /// A planner running `policy` (e.g. one the trainer just wrote).
     #[must_use]
     pub fn with_policy(policy: LoadedPolicy) -> Self {
-        Self { policy: Some(policy), loaded: OnceCell::new() }
+        Self { policy: Some(policy), loaded: OnceCell::new(), stats: StatsCell::default() }
     }
 
     fn load(policy: &LoadedPolicy) -> Result<(AutoShardNet, NeuralModel)> {
@@ -578,9 +601,15 @@ impl Planner for AutoShard {
         "autoshard"
     }
 
-    fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
         let (net, model) = self.loaded()?;
-        let devices = greedy_assignment(net, task, model)?;
+        let watch = ctx.stopwatch();
+        let (devices, stopped_early) = greedy_assignment(net, task, model, &|| watch.out_of_time())?;
+        self.stats.set(SearchStats { stopped_early, ..SearchStats::default() });
         Plan::unsplit(task, &devices)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
     }
 }

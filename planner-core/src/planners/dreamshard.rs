@@ -14,7 +14,7 @@
 
 use std::sync::OnceLock;
 
-use super::{PlanContext, Planner};
+use super::{PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::native::NativeMlp;
 use crate::error::{Error, Result};
 use crate::features::{DREAMSHARD_LEN, dreamshard_task_features};
@@ -162,6 +162,18 @@ impl DreamShardNets {
         Ok(self.rollout(task, greedy_choice)?.device_of)
     }
 
+    /// [`DreamShardNets::place`] until `stop` (asked before every table) says so; then each table left
+    /// goes to the legal device with the least summed lookups (pooling factor × dim). Returns each
+    /// table's device and whether `stop` cut the policy short.
+    ///
+    /// # Errors
+    /// [`Error::NoFit`] when a table fits on no device.
+    pub fn place_until(&self, task: &Task, stop: &dyn Fn() -> bool) -> Result<(Vec<usize>, bool)> {
+        let r = self.rollout_until(task, greedy_choice, stop)?;
+        let stopped = r.steps.len() < task.tables.len();
+        Ok((r.device_of, stopped))
+    }
+
     /// Runs the MDP on `task`, `choose` picking a device from the logits of every device and which
     /// devices are legal (it must return a legal one). Records every step, so a trainer can rebuild
     /// the log-probabilities of the actions taken.
@@ -169,8 +181,21 @@ impl DreamShardNets {
     /// # Errors
     /// [`Error::NoFit`] when a table fits on no device; [`Error::InvalidPlan`] when `choose` returns an
     /// illegal device.
-    pub fn rollout(&self, task: &Task, mut choose: impl FnMut(&[f64], &[bool]) -> usize) -> Result<Rollout> {
+    pub fn rollout(&self, task: &Task, choose: impl FnMut(&[f64], &[bool]) -> usize) -> Result<Rollout> {
+        self.rollout_until(task, choose, &|| false)
+    }
+
+    /// [`DreamShardNets::rollout`] with a stop: once `stop` says so, no more steps are recorded and the
+    /// tables left go to the legal device with the least summed lookups.
+    fn rollout_until(
+        &self,
+        task: &Task,
+        mut choose: impl FnMut(&[f64], &[bool]) -> usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Rollout> {
         let d = task.devices.count();
+        let mut lookups = vec![0.0; d];
+        let mut stopped = false;
         let usable = task.usable_bytes()?;
         let emb = self.embed(task);
         let mut cost_sum = vec![vec![0.0; EMBED]; d];
@@ -189,6 +214,17 @@ impl DreamShardNets {
                     need_bytes: need,
                     best_free_bytes: (0..d).map(|r| usable[r].saturating_sub(used[r])).max().unwrap_or(0),
                 });
+            }
+            stopped = stopped || stop();
+            if stopped {
+                let r = super::least_loaded_legal(&lookups, &legal).unwrap_or(0);
+                used[r] += need;
+                lookups[r] += table.pooling_factor * f64::from(table.dim);
+                for (s, v) in cost_sum[r].iter_mut().zip(&emb.cost[t]) {
+                    *s += v;
+                }
+                device_of[t] = r;
+                continue;
             }
             // Every device as it would be with the table: its cost features and policy sum after the
             // placement (the action's outcome), so the policy scores what each choice leads to.
@@ -210,6 +246,7 @@ impl DreamShardNets {
                 )));
             }
             used[r] += need;
+            lookups[r] += table.pooling_factor * f64::from(table.dim);
             for (s, v) in cost_sum[r].iter_mut().zip(&emb.cost[t]) {
                 *s += v;
             }
@@ -273,6 +310,7 @@ pub struct Rollout {
 #[derive(Default)]
 pub struct DreamShard {
     nets: OnceLock<DreamShardNets>,
+    stats: StatsCell,
 }
 
 impl DreamShard {
@@ -281,7 +319,7 @@ impl DreamShard {
     pub fn with_nets(nets: DreamShardNets) -> Self {
         let cell = OnceLock::new();
         let _ = cell.set(nets);
-        Self { nets: cell }
+        Self { nets: cell, stats: StatsCell::default() }
     }
 
     fn nets(&self) -> Result<&DreamShardNets> {
@@ -298,8 +336,14 @@ impl Planner for DreamShard {
         "dreamshard"
     }
 
-    fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
-        let device_of = self.nets()?.place(task)?;
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        let watch = ctx.stopwatch();
+        let (device_of, stopped_early) = self.nets()?.place_until(task, &|| watch.out_of_time())?;
+        self.stats.set(SearchStats { stopped_early, ..SearchStats::default() });
         Plan::unsplit(task, &device_of)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
     }
 }

@@ -175,6 +175,20 @@ pub fn argmax_legal<T: PartialOrd + Copy>(values: &[T], legal: &[bool]) -> Optio
     best
 }
 
+/// Where a learned policy sends a table once the budget is spent: the legal device with the least `load`
+/// (ties → lowest index), so a stopped rollout still ends in a plan at the cost of one comparison per
+/// device and table.
+#[must_use]
+pub(crate) fn least_loaded_legal(load: &[f64], legal: &[bool]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, (&v, &ok)) in load.iter().zip(legal).enumerate() {
+        if ok && best.is_none_or(|b| v < load[b]) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
 /// A sharding algorithm.
 pub trait Planner {
     /// Registry name.

@@ -23,7 +23,7 @@
 //! is incremental, a multiset cache always).
 
 use super::search::{DeviceSet, Evaluator, FastMap, FastSet};
-use super::{PlanContext, Planner, Progress, SearchStats, StatsCell};
+use super::{PlanContext, Planner, Progress, SearchStats, StatsCell, Stopwatch};
 use crate::cost::{CostDefinition, CostModel};
 use crate::error::{Error, Result};
 use crate::plan::{Piece, Plan, SplitRule};
@@ -114,8 +114,10 @@ impl NeuroShard {
     /// the [`Error::NoFit`] saying why — and the counters.
     fn search(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<((Plan, Option<Error>), SearchStats)> {
         self.config.validate()?;
+        // The budget counts from here: pricing every piece up front is part of the search.
+        let watch = ctx.stopwatch();
         let mut search = Search::new(task, ctx.cost_model, self.config)?;
-        let result = search.run(ctx);
+        let result = search.run(&watch);
         let stats = search.ev.stats;
         self.stats.set(stats);
         Ok((result?, stats))
@@ -176,6 +178,9 @@ struct Search<'t> {
     config: NeuroShardConfig,
     scales: Vec<f64>,
     memo: FastMap<State, Outcome>,
+    /// The budget ran out during the first grid search: every piece left goes to the least-loaded device
+    /// that takes it (one model call per piece instead of one per device and grid point).
+    hurry: bool,
 }
 
 /// Pieces of a state in order: (table, column offset, dim).
@@ -207,7 +212,7 @@ impl<'t> Search<'t> {
             }
         }
         ev.register(&all)?;
-        Ok(Self { ev, scales: config.scales(), config, memo: FastMap::default() })
+        Ok(Self { ev, scales: config.scales(), config, memo: FastMap::default(), hurry: false })
     }
 
     fn ids(&mut self, pieces: &[(usize, u32, u32)]) -> Result<Vec<u32>> {
@@ -216,10 +221,12 @@ impl<'t> Search<'t> {
         self.ev.register(&want)
     }
 
-    /// The greedy grid search on one state (memoised by the state).
-    fn grid(&mut self, state: &State) -> Result<Outcome> {
+    /// The greedy grid search on one state (memoised by the state). When the budget runs out part-way,
+    /// a search that `must_finish` (the first: there is no plan yet) completes in a hurry; any other
+    /// returns `None`.
+    fn grid(&mut self, state: &State, watch: &Stopwatch<'_>, must_finish: bool) -> Result<Option<Outcome>> {
         if let Some(o) = self.memo.get(state) {
-            return Ok(o.clone());
+            return Ok(Some(o.clone()));
         }
         self.ev.stats.grid_searches += 1;
         let pieces = layout(state);
@@ -243,12 +250,30 @@ impl<'t> Search<'t> {
         }];
         let mut costs = vec![f64::NAN; n_dev];
         for &i in &order {
+            if !self.hurry && watch.out_of_time() {
+                self.ev.stats.stopped_early = true;
+                if !must_finish {
+                    return Ok(None);
+                }
+                self.hurry = true;
+                groups.truncate(1);
+            }
             let id = ids[i];
             let info = self.ev.pieces[id as usize];
             let mut next: Vec<Group> = Vec::with_capacity(groups.len());
             for g in groups {
-                for (d, (cost, set)) in costs.iter_mut().zip(&g.sets).enumerate() {
-                    *cost = if self.ev.fits(set, d, id) { self.ev.set_cost_with(set, id)? } else { f64::NAN };
+                if self.hurry {
+                    let limit = g.scales.iter().map(|&s| limits[s]).fold(f64::NEG_INFINITY, f64::max);
+                    let within = |d: usize| (g.sets[d].dims + u64::from(info.dim)) as f64 <= limit + 1e-9;
+                    let pick = self.least_loaded(&g.sets, &g.compute, id, within);
+                    costs.fill(f64::NAN);
+                    if let Some(d) = pick {
+                        costs[d] = self.ev.set_cost_with(&g.sets[d], id)?;
+                    }
+                } else {
+                    for (d, (cost, set)) in costs.iter_mut().zip(&g.sets).enumerate() {
+                        *cost = if self.ev.fits(set, d, id) { self.ev.set_cost_with(set, id)? } else { f64::NAN };
+                    }
                 }
                 // Each grid point's choice; grid points choosing alike stay together.
                 let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -303,7 +328,20 @@ impl<'t> Search<'t> {
             None => self.relaxed(&ids, &order)?,
         };
         self.memo.insert(state.clone(), outcome.clone());
-        Ok(outcome)
+        Ok(Some(outcome))
+    }
+
+    /// In a hurry: the device with the least compute so far that has room for `id` and passes `allowed`.
+    fn least_loaded(
+        &self,
+        sets: &[DeviceSet],
+        compute: &[f64],
+        id: u32,
+        allowed: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        (0..sets.len())
+            .filter(|&d| allowed(d) && self.ev.fits(&sets[d], d, id))
+            .min_by(|&a, &b| compute[a].total_cmp(&compute[b]).then(a.cmp(&b)))
     }
 
     /// When no grid point is feasible: the greedy without the dim constraint, and a piece that fits
@@ -318,7 +356,12 @@ impl<'t> Search<'t> {
             let id = ids[i];
             let info = self.ev.pieces[id as usize];
             let mut best: Option<(usize, f64)> = None;
-            for d in 0..n_dev {
+            if self.hurry
+                && let Some(d) = self.least_loaded(&sets, &compute, id, |_| true)
+            {
+                best = Some((d, self.ev.set_cost_with(&sets[d], id)?));
+            }
+            for d in (0..n_dev).filter(|_| !self.hurry) {
                 if self.ev.fits(&sets[d], d, id) {
                     let c = self.ev.set_cost_with(&sets[d], id)?;
                     let better =
@@ -379,10 +422,12 @@ impl<'t> Search<'t> {
 
     /// The best feasible plan, or the plan with the fewest bytes over and the [`Error::NoFit`] saying why
     /// none fits.
-    fn run(&mut self, ctx: &PlanContext<'_>) -> Result<(Plan, Option<Error>)> {
-        let watch = ctx.stopwatch();
+    fn run(&mut self, watch: &Stopwatch<'_>) -> Result<(Plan, Option<Error>)> {
         let root: State = self.ev.task.tables.iter().map(|t| vec![t.dim]).collect();
-        let first = self.grid(&root)?;
+        let first = self.grid(&root, watch, true)?.ok_or_else(|| Error::NoPlan {
+            planner: "neuroshard".into(),
+            reason: "the first grid search stopped without a plan".into(),
+        })?;
         let mut best_any: (State, Outcome) = (root.clone(), first.clone());
         let mut best: Option<(State, Outcome)> = (first.overflow == 0).then(|| (root.clone(), first));
         let mut beam = vec![root];
@@ -417,7 +462,9 @@ impl<'t> Search<'t> {
                     if !seen.insert(next.clone()) {
                         continue;
                     }
-                    let o = self.grid(&next)?;
+                    let Some(o) = self.grid(&next, watch, false)? else {
+                        break 'rounds;
+                    };
                     if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
                         best = Some((next.clone(), o.clone()));
                     }
@@ -443,10 +490,18 @@ impl<'t> Search<'t> {
             (state, outcome, None)
         } else {
             let (table, need_bytes, best_free_bytes) = best_any.1.misfit.unwrap_or((0, 0, 0));
-            let no_fit = Error::NoFit {
-                table: self.ev.task.tables.get(table).map(|t| t.name.clone()).unwrap_or_default(),
-                need_bytes,
-                best_free_bytes,
+            let name = self.ev.task.tables.get(table).map(|t| t.name.clone()).unwrap_or_default();
+            let no_fit = if self.ev.stats.stopped_early {
+                // Splitting might have made it fit: say what stopped the search, not that nothing fits.
+                Error::NoPlan {
+                    planner: "neuroshard".into(),
+                    reason: format!(
+                        "stopped by its budget or callback before a plan within memory was found (after {} grid searches, table `{name}` ({need_bytes} bytes) still fit on no device); allow more time",
+                        self.ev.stats.grid_searches
+                    ),
+                }
+            } else {
+                Error::NoFit { table: name, need_bytes, best_free_bytes }
             };
             (best_any.0, best_any.1, Some(no_fit))
         };

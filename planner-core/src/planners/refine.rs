@@ -425,7 +425,12 @@ impl Planner for Refined {
             limit_ms: (b.limit_ms - ((b.clock_ms)() - start)).max(0.0),
         });
         let rest = PlanContext { cost_model: ctx.cost_model, seed: ctx.seed, budget, progress: ctx.progress };
-        let (plan, mut stats) = refine(task, &first, &rest, &self.config)?;
+        let (plan, mut stats) = if no_fit.is_none() && budget.is_some_and(|b| b.limit_ms <= 0.0) {
+            // Nothing left to refine with: the inner plan as it is (pricing it would only overrun).
+            (first, SearchStats { stopped_early: true, ..SearchStats::default() })
+        } else {
+            refine(task, &first, &rest, &self.config)?
+        };
         if let Some(e) = no_fit {
             // A device whose bytes cannot even be counted does not fit either.
             if !crate::memory::plan_violations(task, &plan).is_ok_and(|v| v.is_empty()) {

@@ -284,6 +284,9 @@ pub struct TorchRecOutcome {
     pub num_proposals: usize,
     /// Proposals that fit (`_num_plans`).
     pub num_plans: usize,
+    /// Whether the caller's stop ended the proposals before every proposer was done.
+    #[serde(default)]
+    pub stopped_early: bool,
 }
 
 impl TorchRecOutcome {
@@ -651,6 +654,12 @@ impl Proposer {
 
 /// Runs TorchRec's planner on `task`.
 pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcome> {
+    plan_torchrec_until(task, cfg, &|| false)
+}
+
+/// [`plan_torchrec`], proposing until `stop` says so, which is asked once a proposal fits: then the best
+/// plan so far. (Before one fits there is no plan to return, so the proposals go on.)
+pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() -> bool) -> Result<TorchRecOutcome> {
     let world = task.devices.count();
     let local = cfg.validate(world)?;
     let usable = reserve_storage(task, cfg)?;
@@ -665,8 +674,13 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
     let mut best: Option<(f64, Vec<usize>, Vec<Vec<usize>>)> = None;
     let (mut num_proposals, mut num_plans) = (0, 0);
     let mut lowest_storage = u128::MAX;
-    for proposer in &mut proposers {
+    let mut stopped = false;
+    'proposers: for proposer in &mut proposers {
         while let Some(proposal) = proposer.propose() {
+            if best.is_some() && stop() {
+                stopped = true;
+                break 'proposers;
+            }
             if tried.contains(&proposal) {
                 proposer.feedback(&space);
                 continue;
@@ -698,7 +712,14 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
         });
     };
     let options = proposal.iter().enumerate().map(|(t, &o)| space[t][o].clone()).zip(ranks_of).collect();
-    Ok(TorchRecOutcome { options, objective_ms, usable_hbm_bytes: usable, num_proposals, num_plans })
+    Ok(TorchRecOutcome {
+        options,
+        objective_ms,
+        usable_hbm_bytes: usable,
+        num_proposals,
+        num_plans,
+        stopped_early: stopped,
+    })
 }
 
 /// TorchRec's estimate of any plan, in TorchRec's units: per rank, the summed `Perf.total` of the shards
@@ -762,15 +783,17 @@ impl Planner for TorchRecPlanner {
         "torchrec"
     }
 
-    fn plan(&self, task: &Task, _ctx: &PlanContext<'_>) -> Result<Plan> {
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
         let mut config = self.config.clone();
         if let MemoryRule::TorchRec(m) = task.memory {
             config.memory = m;
         }
-        let outcome = plan_torchrec(task, &config)?;
+        let watch = ctx.stopwatch();
+        let outcome = plan_torchrec_until(task, &config, &|| watch.out_of_time())?;
         self.stats.set(SearchStats {
             proposals: outcome.num_proposals as u64,
             proposals_fit: outcome.num_plans as u64,
+            stopped_early: outcome.stopped_early,
             ..SearchStats::default()
         });
         let plan = outcome.to_plan(task)?;

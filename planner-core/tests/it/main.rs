@@ -11,6 +11,7 @@ use planner_core::{Error, Plan};
 use proptest::prelude::*;
 
 mod autoshard;
+mod budget;
 mod dreamshard;
 mod memory;
 mod neuroshard;
