@@ -23,7 +23,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -32,15 +31,15 @@ use planner_core::cost::{CostDefinition, CostModel};
 use planner_core::document::MeasuredPlans;
 use planner_core::eval::{
     JudgeSummary, JudgedPlan, JudgedTask, Paired, PlannerSummary, TaskOutcome, judge_summary, paired, percentile,
-    summarize,
 };
-use planner_core::planners::{PlanContext, PlannerEntry, planners};
+use planner_core::planners::{PlannerEntry, planners};
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
 use planner_core::{Devices, MemoryRule, SplitRule, TableSpec, Task};
-use planner_core::{Error, Plan, PlanDocument, evaluate};
+use planner_core::{Error, PlanDocument};
 use serde::Serialize;
 
 use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::run_one::{Run, run_one, summarize};
 use crate::tasks_cmd::{Rules, with_rule};
 
 /// Arguments of `shardplan bench`.
@@ -288,16 +287,6 @@ fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>> {
     s.split(',').map(|x| x.trim().parse::<T>().map_err(|_| anyhow::anyhow!("{flag}: {x:?} is not a number"))).collect()
 }
 
-/// One planner run on one task.
-struct Run {
-    plan: Option<Plan>,
-    outcome: TaskOutcome,
-    hits: u64,
-    misses: u64,
-    /// AutoShard's degree of balance: min / max device compute.
-    balance: Option<f64>,
-}
-
 /// min / max over devices of the compute time (AutoShard's degree of balance; `None` with no compute).
 fn balance(report: &planner_core::PlanReport) -> Option<f64> {
     let c: Vec<f64> = report.devices.iter().map(|d| d.compute_ms).collect();
@@ -333,19 +322,25 @@ fn seed_protocols(
         let suite = with_rule(spec.tasks().with_context(|| format!("drawing the {name} suite"))?, rule);
         let runs: Vec<Vec<Run>> = entries
             .iter()
-            .map(|e| suite.iter().map(|st| run_with(e, st, model, CostDefinition::FourPhase)).collect())
+            .map(|e| {
+                suite
+                    .iter()
+                    .map(|st| run_one(e.build().as_ref(), e.name, st, model, CostDefinition::FourPhase))
+                    .collect()
+            })
             .collect::<Result<_>>()?;
         let pairs: Vec<(String, Vec<TaskOutcome>)> = entries
             .iter()
             .zip(&runs)
             .map(|(e, r)| (e.name.to_string(), r.iter().map(|x| x.outcome.clone()).collect()))
             .collect();
-        let summary = summarize(&pairs, |n| planner_core::planners::planner(n).is_ok_and(|e| e.is_seed_baseline));
+        let summary = summarize(&pairs);
         let planners = summary
             .into_iter()
             .zip(&runs)
             .map(|(summary, r)| {
-                let b: Vec<f64> = r.iter().filter_map(|x| x.balance).collect();
+                let b: Vec<f64> =
+                    r.iter().filter_map(|x| x.solved.as_ref().and_then(|(_, report)| balance(report))).collect();
                 ProtocolRow { summary, balance_pct: mean(&b).map(|x| 100.0 * x) }
             })
             .collect();
@@ -353,38 +348,6 @@ fn seed_protocols(
         out.push(ProtocolCell { name: name.into(), spec, planners });
     }
     Ok(out)
-}
-
-fn run_one(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, args: &BenchArgs) -> Result<Run> {
-    run_with(entry, st, model, args.cost.definition)
-}
-
-/// [`run_one`] under `definition`.
-fn run_with(entry: &PlannerEntry, st: &SuiteTask, model: &dyn CostModel, definition: CostDefinition) -> Result<Run> {
-    let planner = entry.build();
-    let ctx = PlanContext::new(model, st.seed);
-    let start = Instant::now();
-    let result = planner.plan(&st.task, &ctx);
-    let plan_time_ms = start.elapsed().as_secs_f64() * 1e3;
-    let (hits, misses) = planner.last_stats().map_or((0, 0), |s| (s.set_cache_hits, s.set_cache_misses));
-    match result {
-        Ok(plan) => {
-            let report = evaluate(&st.task, &plan, model, definition)?;
-            let cost_ms = report.feasible.then_some(report.cost_ms);
-            let balance = report.feasible.then(|| balance(&report));
-            Ok(Run {
-                plan: report.feasible.then_some(plan),
-                outcome: TaskOutcome { cost_ms, plan_time_ms },
-                hits,
-                misses,
-                balance: balance.flatten(),
-            })
-        }
-        Err(Error::NoFit { .. } | Error::NoPlan { .. } | Error::ReservationExceedsCap { .. }) => {
-            Ok(Run { plan: None, outcome: TaskOutcome { cost_ms: None, plan_time_ms }, hits, misses, balance: None })
-        }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index))),
-    }
 }
 
 /// Measures the plans `docs` of one task together with the collector (reusing an earlier measurement).
@@ -449,17 +412,16 @@ fn measure_cell(
             break;
         }
         let failed: Vec<String> =
-            measured.iter().filter(|&&p| runs[p][k].plan.is_none()).map(|&p| entries[p].name.to_string()).collect();
+            measured.iter().filter(|&&p| runs[p][k].solved.is_none()).map(|&p| entries[p].name.to_string()).collect();
         if !failed.is_empty() {
             skipped.push((st.index, failed));
             continue;
         }
         let mut docs = Vec::new();
         for &p in &measured {
-            let Some(plan) = runs[p][k].plan.as_ref() else { continue };
-            let report = evaluate(&st.task, plan, model, args.cost.definition)?;
+            let Some((plan, report)) = runs[p][k].solved.as_ref() else { continue };
             let path = dir.join(format!("task{}_{}.plan.json", st.index, entries[p].name.replace('+', "-")));
-            let doc = PlanDocument::new(entries[p].name, st.seed, st.task.clone(), plan, report);
+            let doc = PlanDocument::new(entries[p].name, st.seed, st.task.clone(), plan, report.clone());
             write_atomic(&path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
             docs.push(path);
         }
@@ -550,7 +512,9 @@ fn optimality(
         let bound = lower_bound(&st.task, model)?;
         bound_gaps.push((ex.cost_ms - bound.cost_ms) / ex.cost_ms * 100.0);
         for (p, entry) in entries.iter().enumerate() {
-            if let Some(c) = run_one(entry, st, model, args)?.outcome.cost_ms {
+            if let Some(c) =
+                run_one(entry.build().as_ref(), entry.name, st, model, args.cost.definition)?.outcome.cost_ms
+            {
                 let gap = (c - ex.cost_ms) / ex.cost_ms * 100.0;
                 gaps[p].push(gap);
                 optimal[p] += usize::from(gap <= 0.01);
@@ -615,7 +579,10 @@ fn scale(
             .collect::<Result<_>>()?;
         let cap = suite.first().map_or(0, |st| st.task.devices.mem_cap_bytes()[0]);
         for entry in entries.iter().filter(|e| e.name != "random") {
-            let runs: Vec<Run> = suite.iter().map(|st| run_one(entry, st, model, args)).collect::<Result<_>>()?;
+            let runs: Vec<Run> = suite
+                .iter()
+                .map(|st| run_one(entry.build().as_ref(), entry.name, st, model, args.cost.definition))
+                .collect::<Result<_>>()?;
             let times: Vec<f64> = runs.iter().map(|r| r.outcome.plan_time_ms).collect();
             let costs: Vec<f64> = runs.iter().filter_map(|r| r.outcome.cost_ms).collect();
             eprintln!("scale {tables}/{devices} {}: p50 {:.1} ms", entry.name, percentile(&times, 50.0));
@@ -706,8 +673,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
             let mut runs: Vec<Vec<Run>> = Vec::with_capacity(entries.len());
             for entry in &entries {
-                let r: Vec<Run> =
-                    suite.iter().map(|st| run_one(entry, st, model.as_ref(), args)).collect::<Result<_>>()?;
+                let r: Vec<Run> = suite
+                    .iter()
+                    .map(|st| run_one(entry.build().as_ref(), entry.name, st, model.as_ref(), args.cost.definition))
+                    .collect::<Result<_>>()?;
                 runs.push(r);
             }
             let pairs: Vec<(String, Vec<TaskOutcome>)> = entries
@@ -715,18 +684,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .zip(&runs)
                 .map(|(e, r)| (e.name.to_string(), r.iter().map(|x| x.outcome.clone()).collect()))
                 .collect();
-            let summary =
-                summarize(&pairs, |name| planner_core::planners::planner(name).is_ok_and(|e| e.is_seed_baseline));
+            let summary = summarize(&pairs);
             let mut rows: Vec<PlannerCell> = summary
                 .into_iter()
                 .zip(&runs)
                 .map(|(summary, r)| {
-                    let (hits, misses) = r.iter().fold((0, 0), |(h, m), x| (h + x.hits, m + x.misses));
+                    let (hits, misses) = r
+                        .iter()
+                        .filter_map(|x| x.stats)
+                        .fold((0, 0), |(h, m), s| (h + s.set_cache_hits, m + s.set_cache_misses));
                     let gaps: Vec<f64> = r
                         .iter()
                         .zip(&bounds)
                         // Row-wise plans are outside the space the bound covers (`planner_core::bound`).
-                        .filter(|(x, _)| x.plan.as_ref().is_some_and(|p| p.row_split_tables() == 0))
+                        .filter(|(x, _)| x.solved.as_ref().is_some_and(|(p, _)| p.row_split_tables() == 0))
                         .filter_map(|(x, b)| x.outcome.cost_ms.map(|c| (c - b) / b * 100.0))
                         .collect();
                     PlannerCell {

@@ -17,6 +17,7 @@ mod evaluate_cmd;
 mod export_cmd;
 mod plan_cmd;
 mod pool_cmd;
+mod run_one;
 mod tasks_cmd;
 
 use std::process::ExitCode;
