@@ -1,16 +1,16 @@
 //! `shardplan eval`: run planners over a task suite and summarise cost, validity and planning time.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use planner_core::eval::{PlannerSummary, TaskOutcome, summarize};
-use planner_core::planners::{PlanContext, planners};
-use planner_core::{Error, MemoryRule, SplitRule, evaluate};
+use planner_core::eval::{PlannerSummary, TaskOutcome};
+use planner_core::planners::planners;
+use planner_core::{MemoryRule, SplitRule};
 use serde::Serialize;
 
 use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::run_one::{run_one, summarize};
 use crate::tasks_cmd::{Rules, SuiteArgs, read_suite, with_rule};
 
 /// Output formats.
@@ -92,35 +92,14 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let mut outcomes = Vec::with_capacity(suite.len());
         let mut failures = Vec::with_capacity(suite.len());
         for st in &suite {
-            let ctx = PlanContext::new(model.as_ref(), st.seed);
-            let start = Instant::now();
-            let result = planner.plan(&st.task, &ctx);
-            let plan_time_ms = start.elapsed().as_secs_f64() * 1e3;
-            let (cost_ms, failure) = match result {
-                Ok(plan) => {
-                    let report = evaluate(&st.task, &plan, model.as_ref(), args.cost.definition)?;
-                    if report.feasible {
-                        (Some(report.cost_ms), None)
-                    } else {
-                        (None, Some(report.violations.join("; ")))
-                    }
-                }
-                // No plan within memory is an outcome to report (as in the seed papers' tables), not a
-                // reason to stop the suite.
-                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. } | Error::ReservationExceedsCap { .. })) => {
-                    (None, Some(e.to_string()))
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!("planner `{}` on task {}", entry.name, st.index)));
-                }
-            };
-            outcomes.push(TaskOutcome { cost_ms, plan_time_ms });
-            failures.push(failure);
+            let run = run_one(planner.as_ref(), entry.name, st, model.as_ref(), args.cost.definition)?;
+            outcomes.push(run.outcome);
+            failures.push(run.failure);
         }
         runs.push(PlannerRuns { planner: entry.name.to_string(), outcomes, failures });
     }
     let pairs: Vec<(String, Vec<TaskOutcome>)> = runs.iter().map(|r| (r.planner.clone(), r.outcomes.clone())).collect();
-    let summary = summarize(&pairs, |name| planner_core::planners::planner(name).is_ok_and(|e| e.is_seed_baseline));
+    let summary = summarize(&pairs);
     let result =
         EvalResult { cost_model: model.name(), memory_rule: rule, splits, tasks: suite.len(), summary, per_task: runs };
     let json = serde_json::to_string_pretty(&result)?;

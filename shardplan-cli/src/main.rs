@@ -9,7 +9,7 @@
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
 //! exit with status 1 (usage errors: 2, from clap).
 
-mod bench_cmd;
+mod bench;
 mod common;
 mod dynamic;
 mod eval_cmd;
@@ -17,6 +17,7 @@ mod evaluate_cmd;
 mod export_cmd;
 mod plan_cmd;
 mod pool_cmd;
+mod run_one;
 mod tasks_cmd;
 
 use std::process::ExitCode;
@@ -44,7 +45,7 @@ enum Command {
     Evaluate(Box<evaluate_cmd::EvaluateArgs>),
     /// Every planner on the NeuroShard protocol, judged by prediction and (optionally) measurement;
     /// lower-bound and optimality gaps; planning time at scale.
-    Bench(Box<bench_cmd::BenchArgs>),
+    Bench(Box<bench::BenchArgs>),
     /// Write a plan document as a TorchRec sharding plan (apply it in TorchRec: docs/TORCHREC.md).
     ExportTorchrec(export_cmd::ExportArgs),
     /// Replay a request stream through the dynamic row-sharding policies (ALIS and baselines).
@@ -62,7 +63,7 @@ fn main() -> ExitCode {
         Command::Tasks(a) => tasks_cmd::run(a),
         Command::Eval(a) => eval_cmd::run(a),
         Command::Evaluate(a) => evaluate_cmd::run(a),
-        Command::Bench(a) => bench_cmd::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::ExportTorchrec(a) => export_cmd::run(a),
         Command::Dynamic(a) => dynamic::run(a),
         Command::Pool(a) => pool_cmd::run(a),

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail loudly on purpose
 
+mod bench_report;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -1,0 +1,105 @@
+//! The measured judge of one cell: a task's plans written as plan documents, measured together by
+//! `shardplan-collect`, and the predictions judged by the times (`planner_core::eval::judge_summary`):
+//! Kendall's tau per task, MAPE and bias, interval coverage, the judge's noise, per-planner means,
+//! and the best of ours against every other planner, task by task.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use planner_core::PlanDocument;
+use planner_core::eval::{JudgedPlan, JudgedTask, judge_summary, paired};
+use planner_core::task::SuiteTask;
+
+use super::Bench;
+use super::measure::Collector;
+use super::report::MeasuredCell;
+use crate::common::write_atomic;
+use crate::run_one::Run;
+
+/// The planners whose best measured plan is ours.
+const OURS: [&str; 2] = ["neuroshard", "neuroshard+refine"];
+
+/// Measures the plans of the first `--measure-tasks` tasks of `suite` that every planner of
+/// `--measure-planners` solved (`runs`: every planner's runs on `suite`), keeping the plan documents
+/// and measurements in `dir`, and judges the predictions by them.
+pub fn measure_cell(
+    b: &Bench,
+    collector: &Collector,
+    dir: &Path,
+    suite: &[SuiteTask],
+    runs: &[Vec<Run>],
+) -> Result<MeasuredCell> {
+    let (args, entries, model) = (b.args, &b.entries, b.model.as_ref());
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let wanted: Vec<String> = args.measure_planners.split(',').map(|s| s.trim().to_string()).collect();
+    let measured: Vec<usize> = (0..entries.len()).filter(|&p| wanted.iter().any(|w| w == entries[p].name)).collect();
+    if measured.is_empty() {
+        bail!("--measure-planners {:?} names none of the planners run (--algos)", args.measure_planners);
+    }
+    let names: Vec<String> = measured.iter().map(|&p| entries[p].name.to_string()).collect();
+    let mut tasks = Vec::new();
+    let mut skipped = Vec::new();
+    let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
+    let mut hardware: Option<String> = None;
+    for (k, st) in suite.iter().enumerate() {
+        if tasks.len() >= args.measure_tasks {
+            break;
+        }
+        let failed: Vec<String> =
+            measured.iter().filter(|&&p| runs[p][k].solved.is_none()).map(|&p| entries[p].name.to_string()).collect();
+        if !failed.is_empty() {
+            skipped.push((st.index, failed));
+            continue;
+        }
+        let mut docs = Vec::new();
+        for &p in &measured {
+            let Some((plan, report)) = runs[p][k].solved.as_ref() else { continue };
+            let path = dir.join(format!("task{}_{}.plan.json", st.index, entries[p].name.replace('+', "-")));
+            let doc = PlanDocument::new(entries[p].name, st.seed, st.task.clone(), plan, report.clone());
+            write_atomic(&path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+            docs.push(path);
+        }
+        let out = dir.join(format!("task{}.measured.json", st.index));
+        eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
+        let m = collector.measure(&docs, &out, st.seed)?;
+        if hardware.is_none() {
+            let here = &m.hardware.fingerprint;
+            if let Some(trained) = model_hardware.as_ref().filter(|t| *t != here) {
+                eprintln!(
+                    "  note: the cost model was measured on `{trained}`, these plans on `{here}`: its accuracy here is across machines"
+                );
+            }
+            hardware = Some(here.clone());
+        }
+        tasks.push(JudgedTask {
+            task: format!("task {}", st.index),
+            speed_factor: m.speed_factor(model),
+            plans: m
+                .plans
+                .into_iter()
+                .map(|p| JudgedPlan {
+                    planner: p.planner,
+                    predicted: p.predicted,
+                    measured: p.measured,
+                    round_costs_ms: p.round_costs_ms,
+                })
+                .collect(),
+        });
+    }
+    let summary = judge_summary(&tasks, &names);
+    let ours: Vec<String> = OURS.iter().filter(|o| names.iter().any(|n| n == *o)).map(|o| (*o).to_string()).collect();
+    let paired = if ours.is_empty() {
+        Vec::new()
+    } else {
+        names.iter().filter(|n| !ours.contains(n)).filter_map(|n| paired(&tasks, &ours, n)).collect()
+    };
+    Ok(MeasuredCell {
+        tasks: tasks.len(),
+        skipped,
+        summary,
+        paired,
+        dir: dir.display().to_string(),
+        hardware,
+        model_hardware,
+    })
+}
