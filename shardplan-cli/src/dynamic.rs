@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use planner_core::alis::{
+use alis::{
     self, LatencyModel, POLICY_NAMES, PolicyConfig, ReplayConfig, RunSummary, Stream, SyntheticParams, WindowMetrics,
 };
+use anyhow::{Context, bail};
 use serde::Serialize;
 
 /// Arguments of `shardplan dynamic`.

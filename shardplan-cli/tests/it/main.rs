@@ -521,7 +521,7 @@ fn dynamic_replays_a_stream_through_every_policy() {
     assert_eq!(report["requests"], 60);
     let cells = report["cells"].as_array().unwrap();
     // Every registered policy at both shard counts, each with one run per seed.
-    assert_eq!(cells.len(), 2 * planner_core::alis::POLICY_NAMES.len());
+    assert_eq!(cells.len(), 2 * alis::POLICY_NAMES.len());
     assert!(cells.iter().all(|c| c["runs"].as_array().unwrap().len() == 2));
 }
 

@@ -1,6 +1,9 @@
 //! ALIS: dynamic row-level sharding of embedding tables for recommendation inference, and the prequential
 //! replay that measures it.
 //!
+//! Its own crate because it shares nothing with planner-core's training-time planners: it reads request
+//! streams, not table statistics, places rows, not table pieces, and has its own errors and registry.
+//!
 //! Rows (entries) of embedding tables are spread over `S` inference shards so that each request touches few
 //! shards (its *fanout*), every shard holds at most `⌈(1+ε)·rows/S⌉` rows, and the placement follows drifting
 //! request patterns without moving many rows or spending long on each update.
@@ -25,7 +28,9 @@
 //! Why: scoring on the window a partition was built from overstates its quality, hence the prequential
 //! replay; the paper's two parameters called α are named `incr_ratio` (share of the newest window the light
 //! step partitions) and `decay` (per-window age decay of accumulated evidence) here so they cannot be
-//! confused. The module is sans-IO: update times come from a clock closure passed in by the caller.
+//! confused. Like planner-core, the crate is sans-IO (text and structs in, structs out; no file system, clock
+//! or printing) and builds for `wasm32-unknown-unknown`: update times come from a clock closure passed in by
+//! the caller.
 
 pub mod metrics;
 pub mod partition;
@@ -45,7 +50,7 @@ pub use stream::{RawRequest, Stream, parse_csv, parse_jsonl};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;
 
-/// Errors of the ALIS module; each names what the caller can fix.
+/// Errors of the ALIS crate; each names what the caller can fix.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AlisError {

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::placement::Placement;
-use super::stream::Stream;
+use crate::placement::Placement;
+use crate::stream::Stream;
 
 /// The per-shard RPC latency model: a request sends one RPC to every shard it touches, in parallel, after
 /// the caller has issued them one by one:

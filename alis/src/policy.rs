@@ -8,11 +8,11 @@ use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::AlisError;
-use super::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
-use super::placement::{Placement, hash_shard};
-use super::stream::Stream;
-use super::weights::SparseWeights;
+use crate::AlisError;
+use crate::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
+use crate::placement::{Placement, hash_shard};
+use crate::stream::Stream;
+use crate::weights::SparseWeights;
 
 /// Names of all policies, in report order (the single registry the CLI reads).
 pub const POLICY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];

@@ -1,11 +1,11 @@
 //! The prequential replay driver: for every window, score the placement made before seeing it, then let the
 //! policy update on it and count what moved.
 
-use super::AlisError;
-use super::metrics::{LatencyModel, RunSummary, WindowMetrics, score_window, summarise};
-use super::placement::hash_shard;
-use super::policy::{PolicyConfig, make_policy};
-use super::stream::Stream;
+use crate::AlisError;
+use crate::metrics::{LatencyModel, RunSummary, WindowMetrics, score_window, summarise};
+use crate::placement::hash_shard;
+use crate::policy::{PolicyConfig, make_policy};
+use crate::stream::Stream;
 
 /// Replay settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,11 +74,11 @@ pub fn replay(
 
 #[cfg(test)]
 mod tests {
-    use super::super::metrics::LatencyModel;
-    use super::super::policy::POLICY_NAMES;
-    use super::super::stream::RawRequest;
-    use super::super::synthetic::{SyntheticParams, generate};
     use super::*;
+    use crate::metrics::LatencyModel;
+    use crate::policy::POLICY_NAMES;
+    use crate::stream::RawRequest;
+    use crate::synthetic::{SyntheticParams, generate};
 
     /// A small drifting stream: 6 windows of 300 requests over ~1 600 rows, with the shift at window 3.
     fn small(seed: u64) -> (Stream, ReplayConfig) {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::AlisError;
+use crate::AlisError;
 
 /// One request as read from a stream file, before validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
