@@ -11,7 +11,7 @@
 //! Key types:
 //! - [`Stream`] (`stream.rs`): validated requests with rows interned to dense indices in first-appearance
 //!   order; [`parse_jsonl`] and [`parse_csv`] read the documented file formats from text.
-//! - [`Policy`] and the registry [`POLICY_NAMES`] / [`make_policy`] (`policy.rs`): hash, range, static,
+//! - [`Policy`] and the registry [`POLICY_NAMES`] / [`make_policy`] (`policy/`): hash, range, static,
 //!   direct (the latest window from scratch), periodic full re-partition, greedy incremental, light
 //!   incremental (`alis-base`) and ALIS, all sharing [`Placement`] (`placement.rs`), the one capacity rule
 //!   (place by preference, spill to the next shard with room; ALIS may also move rows its window does not
