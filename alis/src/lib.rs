@@ -11,7 +11,7 @@
 //! Key types:
 //! - [`Stream`] (`stream.rs`): validated requests with rows interned to dense indices in first-appearance
 //!   order; [`parse_jsonl`] and [`parse_csv`] read the documented file formats from text.
-//! - [`Policy`] and the registry [`POLICY_NAMES`] / [`make_policy`] (`policy/`): hash, range, static,
+//! - [`Strategy`] and the registry [`STRATEGY_NAMES`] / [`make_strategy`] (`strategy/`): hash, range, static,
 //!   direct (the latest window from scratch), periodic full re-partition, greedy incremental, light
 //!   incremental (`alis-base`) and ALIS, all sharing [`Placement`] (`placement.rs`), the one capacity rule
 //!   (place by preference, spill to the next shard with room; ALIS may also move rows its window does not
@@ -35,8 +35,8 @@
 pub mod metrics;
 pub mod partition;
 pub mod placement;
-pub mod policy;
 pub mod replay;
+pub mod strategy;
 pub mod stream;
 pub mod synthetic;
 pub mod weights;
@@ -44,8 +44,8 @@ pub mod weights;
 pub use metrics::{LatencyModel, RunSummary, WindowMetrics};
 pub use partition::{Hypergraph, PartitionParams, partition};
 pub use placement::{Placement, hash_shard};
-pub use policy::{POLICY_NAMES, Policy, PolicyConfig, make_policy};
 pub use replay::{ReplayConfig, ReplayResult, replay};
+pub use strategy::{STRATEGY_NAMES, Strategy, StrategyConfig, make_strategy};
 pub use stream::{RawRequest, Stream, parse_csv, parse_jsonl};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;
@@ -79,9 +79,9 @@ pub enum AlisError {
     /// The stream holds no request.
     #[error("the stream holds no request")]
     EmptyStream,
-    /// No policy has this name.
-    #[error("unknown policy {name:?} (known: {known})")]
-    UnknownPolicy {
+    /// No strategy has this name.
+    #[error("unknown strategy {name:?} (known: {known})")]
+    UnknownStrategy {
         /// Name given.
         name: String,
         /// Registered names.

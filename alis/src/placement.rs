@@ -1,4 +1,4 @@
-//! The deployed row → shard assignment shared by all policies, and the capacity rule they all obey.
+//! The deployed row → shard assignment shared by all strategies, and the capacity rule they all obey.
 
 use crate::stream::Stream;
 

@@ -1,4 +1,4 @@
-//! The baseline row-sharding policies: hash, range, static one-shot, direct (the latest window from scratch),
+//! The baseline row-sharding strategies: hash, range, static one-shot, direct (the latest window from scratch),
 //! periodic full re-partition and greedy incremental.
 
 use std::ops::Range;
@@ -6,18 +6,18 @@ use std::ops::Range;
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 
-use super::{Policy, PolicyConfig, Scored};
+use super::{Scored, Strategy, StrategyConfig};
 use crate::partition::{Hypergraph, UNASSIGNED, partition};
 use crate::placement::Placement;
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
 
 /// `id mod S`: new rows go to their hash shard (spilling only when the cap binds); rows never move.
-pub(super) struct HashPolicy {
+pub(super) struct HashStrategy {
     pub(super) placement: Placement,
 }
 
-impl Policy for HashPolicy {
+impl Strategy for HashStrategy {
     fn name(&self) -> &'static str {
         "hash"
     }
@@ -34,12 +34,12 @@ impl Policy for HashPolicy {
 
 /// Range sharding on (table id, row id): S contiguous key ranges fixed at the first update (equal row counts
 /// of the rows known then); later rows go to their range, spilling under the cap.
-pub(super) struct RangePolicy {
+pub(super) struct RangeStrategy {
     pub(super) placement: Placement,
     pub(super) bounds: Option<Vec<(u32, u64)>>,
 }
 
-impl Policy for RangePolicy {
+impl Strategy for RangeStrategy {
     fn name(&self) -> &'static str {
         "range"
     }
@@ -81,21 +81,21 @@ pub(super) enum Scope {
 
 /// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
 /// re-partition. Rows the scope's requests do not touch are placed last, into the room left.
-pub(super) struct FullPolicy {
-    cfg: PolicyConfig,
+pub(super) struct FullStrategy {
+    cfg: StrategyConfig,
     placement: Placement,
     scope: Scope,
     updates: usize,
     rng: ChaCha8Rng,
 }
 
-impl FullPolicy {
-    pub(super) fn new(cfg: PolicyConfig, placement: Placement, scope: Scope) -> Self {
-        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
+impl FullStrategy {
+    pub(super) fn new(cfg: StrategyConfig, placement: Placement, scope: Scope) -> Self {
+        FullStrategy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
     }
 }
 
-impl Policy for FullPolicy {
+impl Strategy for FullStrategy {
     fn name(&self) -> &'static str {
         match self.scope {
             Scope::First => "static",
@@ -155,13 +155,13 @@ fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
 
 /// Greedy incremental: every row of a request votes for the current shards of its co-requested rows
 /// (weight `1/(|r|−1)` per neighbour) into a decayed sparse W; touched rows go to argmax W under the cap.
-pub(super) struct GreedyPolicy {
-    pub(super) cfg: PolicyConfig,
+pub(super) struct GreedyStrategy {
+    pub(super) cfg: StrategyConfig,
     pub(super) placement: Placement,
     pub(super) weights: SparseWeights,
 }
 
-impl Policy for GreedyPolicy {
+impl Strategy for GreedyStrategy {
     fn name(&self) -> &'static str {
         "greedy"
     }

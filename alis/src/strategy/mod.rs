@@ -1,5 +1,5 @@
-//! Row-sharding policies: the trait, their shared settings and the one registry ([`POLICY_NAMES`],
-//! [`make_policy`]). The baselines (hash, range, static one-shot, direct, periodic full re-partition, greedy
+//! Row-sharding strategies: the trait, their shared settings and the one registry ([`STRATEGY_NAMES`],
+//! [`make_strategy`]). The baselines (hash, range, static one-shot, direct, periodic full re-partition, greedy
 //! incremental) are in `baselines.rs`, ALIS and its light incremental step alone (`alis-base`) in
 //! `adaptive.rs`. All share [`Placement`] and its capacity rule.
 
@@ -15,15 +15,15 @@ use crate::partition::PartitionParams;
 use crate::placement::Placement;
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
-use adaptive::AlisPolicy;
-use baselines::{FullPolicy, GreedyPolicy, HashPolicy, RangePolicy, Scope};
+use adaptive::AlisStrategy;
+use baselines::{FullStrategy, GreedyStrategy, HashStrategy, RangeStrategy, Scope};
 
-/// Names of all policies, in report order (the single registry the CLI reads).
-pub const POLICY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];
+/// Names of all strategies, in report order (the single registry the CLI reads).
+pub const STRATEGY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];
 
-/// Settings shared by all policies, with ALIS's own parameters.
+/// Settings shared by all strategies, with ALIS's own parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PolicyConfig {
+pub struct StrategyConfig {
     /// Number of shards S (1..=4096).
     pub shards: usize,
     /// Balance slack ε: at most ⌈(1+ε)·rows/S⌉ rows per shard.
@@ -32,7 +32,7 @@ pub struct PolicyConfig {
     pub max_iters: usize,
     /// p of the probabilistic-fanout objective, in (0, 1].
     pub p_fanout: f64,
-    /// Full re-partition period in windows (`full` policy).
+    /// Full re-partition period in windows (`full` strategy).
     pub full_every: usize,
     /// The paper's incremental data ratio α: fraction of the latest window's requests that the light
     /// incremental step partitions, in (0, 1].
@@ -51,13 +51,13 @@ pub struct PolicyConfig {
     /// outside `D_new` keeps its shard and the window's rows share only the cap's slack.
     #[serde(default = "evict_cold_default")]
     pub evict_cold: bool,
-    /// Seed of the policy's random choices (partitioner visit order).
+    /// Seed of the strategy's random choices (partitioner visit order).
     pub seed: u64,
 }
 
-impl Default for PolicyConfig {
+impl Default for StrategyConfig {
     fn default() -> Self {
-        PolicyConfig {
+        StrategyConfig {
             shards: 8,
             epsilon: 0.05,
             max_iters: 8,
@@ -78,7 +78,7 @@ fn evict_cold_default() -> bool {
     true
 }
 
-impl PolicyConfig {
+impl StrategyConfig {
     /// Checks every field; the error names the field, its value and the allowed range.
     pub fn validate(&self) -> Result<(), AlisError> {
         let bad = |field: &'static str, value: String, allowed: &str| {
@@ -122,8 +122,8 @@ impl PolicyConfig {
     }
 }
 
-/// A dynamic sharding policy: sees windows of requests in order and keeps a [`Placement`] of all rows seen.
-pub trait Policy {
+/// A dynamic sharding strategy: sees windows of requests in order and keeps a [`Placement`] of all rows seen.
+pub trait Strategy {
     /// Registry name.
     fn name(&self) -> &'static str;
     /// Observes requests `window` of `stream` (all earlier requests were observed before) and updates the
@@ -131,27 +131,27 @@ pub trait Policy {
     fn update(&mut self, stream: &Stream, window: Range<usize>);
     /// The deployed placement.
     fn placement(&self) -> &Placement;
-    /// Heap bytes of the policy's state (placement, weights, history).
+    /// Heap bytes of the strategy's state (placement, weights, history).
     fn state_bytes(&self) -> usize;
 }
 
-/// Builds the policy registered under `name`.
-pub fn make_policy(name: &str, cfg: &PolicyConfig) -> Result<Box<dyn Policy>, AlisError> {
+/// Builds the strategy registered under `name`.
+pub fn make_strategy(name: &str, cfg: &StrategyConfig) -> Result<Box<dyn Strategy>, AlisError> {
     cfg.validate()?;
     let p = Placement::new(cfg.shards, cfg.epsilon);
     Ok(match name {
-        "hash" => Box::new(HashPolicy { placement: p }),
-        "range" => Box::new(RangePolicy { placement: p, bounds: None }),
-        "static" => Box::new(FullPolicy::new(*cfg, p, Scope::First)),
-        "direct" => Box::new(FullPolicy::new(*cfg, p, Scope::Latest)),
-        "full" => Box::new(FullPolicy::new(*cfg, p, Scope::All)),
+        "hash" => Box::new(HashStrategy { placement: p }),
+        "range" => Box::new(RangeStrategy { placement: p, bounds: None }),
+        "static" => Box::new(FullStrategy::new(*cfg, p, Scope::First)),
+        "direct" => Box::new(FullStrategy::new(*cfg, p, Scope::Latest)),
+        "full" => Box::new(FullStrategy::new(*cfg, p, Scope::All)),
         "greedy" => {
-            Box::new(GreedyPolicy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
+            Box::new(GreedyStrategy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
         }
-        "alis-base" => Box::new(AlisPolicy::new(PolicyConfig { beta: 0.0, history_sets: 0, ..*cfg }, "alis-base")?),
-        "alis" => Box::new(AlisPolicy::new(*cfg, "alis")?),
+        "alis-base" => Box::new(AlisStrategy::new(StrategyConfig { beta: 0.0, history_sets: 0, ..*cfg }, "alis-base")?),
+        "alis" => Box::new(AlisStrategy::new(*cfg, "alis")?),
         other => {
-            return Err(AlisError::UnknownPolicy { name: other.to_string(), known: POLICY_NAMES.join(", ") });
+            return Err(AlisError::UnknownStrategy { name: other.to_string(), known: STRATEGY_NAMES.join(", ") });
         }
     })
 }

@@ -7,7 +7,7 @@ use std::ops::Range;
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 
-use super::{Policy, PolicyConfig, Scored};
+use super::{Scored, Strategy, StrategyConfig};
 use crate::AlisError;
 use crate::partition::{Hypergraph, UNASSIGNED, partition};
 use crate::placement::{Placement, hash_shard};
@@ -19,9 +19,9 @@ use crate::weights::SparseWeights;
 /// vote of the current and the last `history_sets` interim shard sets, weighted by `decay^age / C` where C is
 /// the set's fanout on the held-out part of the latest window, mixed in with weight β). With β = 0 or no
 /// history it is plain light incremental (`alis-base`).
-pub(super) struct AlisPolicy {
+pub(super) struct AlisStrategy {
     name: &'static str,
-    cfg: PolicyConfig,
+    cfg: StrategyConfig,
     placement: Placement,
     weights: SparseWeights,
     rng: ChaCha8Rng,
@@ -179,10 +179,10 @@ impl LocalWindow {
     }
 }
 
-impl AlisPolicy {
-    pub(super) fn new(cfg: PolicyConfig, name: &'static str) -> Result<Self, AlisError> {
+impl AlisStrategy {
+    pub(super) fn new(cfg: StrategyConfig, name: &'static str) -> Result<Self, AlisError> {
         cfg.validate()?;
-        Ok(AlisPolicy {
+        Ok(AlisStrategy {
             name,
             cfg,
             placement: Placement::new(cfg.shards, cfg.epsilon),
@@ -294,7 +294,7 @@ impl AlisPolicy {
     }
 }
 
-impl Policy for AlisPolicy {
+impl Strategy for AlisStrategy {
     fn name(&self) -> &'static str {
         self.name
     }
