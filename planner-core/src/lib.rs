@@ -17,7 +17,6 @@
 //! * **Deterministic.** Seeded ChaCha8 generators, ties broken by index: the same input gives the same
 //!   plan everywhere.
 
-pub mod alis;
 pub mod bound;
 pub mod cost;
 pub mod dataset;

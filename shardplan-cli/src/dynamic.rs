@@ -1,13 +1,14 @@
 //! `shardplan dynamic`: prequential replay of a request stream (a file or the synthetic generator) through
-//! every dynamic row-sharding policy, over several shard counts and seeds.
+//! every dynamic row-sharding strategy, over several shard counts and seeds.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use planner_core::alis::{
-    self, LatencyModel, POLICY_NAMES, PolicyConfig, ReplayConfig, RunSummary, Stream, SyntheticParams, WindowMetrics,
+use alis::{
+    self, LatencyModel, ReplayConfig, RunSummary, STRATEGY_NAMES, StrategyConfig, Stream, SyntheticParams,
+    WindowMetrics,
 };
+use anyhow::{Context, bail};
 use serde::Serialize;
 
 /// Arguments of `shardplan dynamic`.
@@ -22,10 +23,10 @@ pub struct DynamicArgs {
     /// Shard counts to evaluate, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![4usize, 8, 16])]
     pub shards: Vec<usize>,
-    /// Policies to run, comma separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub policies: Vec<String>,
-    /// Number of seeds (runs per policy and shard count).
+    /// Strategies to run, comma separated (default: all). `--policies` is the same flag (its earlier name).
+    #[arg(long, alias = "policies", value_delimiter = ',')]
+    pub strategies: Vec<String>,
+    /// Number of seeds (runs per strategy and shard count).
     #[arg(long, default_value_t = 5)]
     pub seeds: u64,
     /// First seed.
@@ -127,10 +128,10 @@ pub struct DynamicArgs {
     pub shift_fraction: f64,
 }
 
-/// One (policy, shard count) cell: per-seed summaries and their mean ± sd.
+/// One (strategy, shard count) cell: per-seed summaries and their mean ± sd.
 #[derive(Debug, Serialize)]
 struct Cell {
-    policy: String,
+    strategy: String,
     shards: usize,
     runs: Vec<RunSummary>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -143,7 +144,7 @@ struct Report {
     requests: usize,
     rows: usize,
     window_requests: usize,
-    config: PolicyConfig,
+    config: StrategyConfig,
     latency: LatencyModel,
     cells: Vec<Cell>,
     peak_rss_bytes: Option<u64>,
@@ -151,10 +152,10 @@ struct Report {
 
 /// Runs `shardplan dynamic`.
 pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
-    let policies: Vec<String> = if args.policies.is_empty() {
-        POLICY_NAMES.iter().map(|s| (*s).to_string()).collect()
+    let strategies: Vec<String> = if args.strategies.is_empty() {
+        STRATEGY_NAMES.iter().map(|s| (*s).to_string()).collect()
     } else {
-        args.policies.clone()
+        args.strategies.clone()
     };
     if args.seeds == 0 {
         bail!("invalid --seeds = 0 (allowed: >= 1)");
@@ -162,7 +163,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
     if args.shards.is_empty() {
         bail!("invalid --shards: empty list (allowed: shard counts 1..=4096)");
     }
-    let base = PolicyConfig {
+    let base = StrategyConfig {
         shards: args.shards[0],
         epsilon: args.epsilon,
         max_iters: args.max_iters,
@@ -178,10 +179,10 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
     };
     // Validate everything before the first (possibly long) run.
     for &s in &args.shards {
-        PolicyConfig { shards: s, ..base }.validate().context("checking --shards and policy flags")?;
+        StrategyConfig { shards: s, ..base }.validate().context("checking --shards and strategy flags")?;
     }
-    for p in &policies {
-        alis::make_policy(p, &base).with_context(|| format!("checking --policies entry {p:?}"))?;
+    for p in &strategies {
+        alis::make_strategy(p, &base).with_context(|| format!("checking --strategies entry {p:?}"))?;
     }
     if !(args.bw_gbit > 0.0 && args.row_bytes > 0.0 && args.rpc_base_us >= 0.0 && args.issue_us >= 0.0) {
         bail!(
@@ -239,20 +240,20 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         n_req = stream.n_requests();
         n_rows = stream.n_rows();
         for &shards in &args.shards {
-            for p in &policies {
-                let cfg = PolicyConfig { shards, seed, ..base };
+            for p in &strategies {
+                let cfg = StrategyConfig { shards, seed, ..base };
                 let start = Instant::now();
                 let mut clock = || start.elapsed().as_secs_f64() * 1e3;
                 let r = alis::replay(stream, p, &cfg, &replay_cfg, &mut clock)
-                    .with_context(|| format!("replaying policy {p} with S={shards}, seed {seed}"))?;
+                    .with_context(|| format!("replaying strategy {p} with S={shards}, seed {seed}"))?;
                 eprintln!(
                     "seed {seed} S={shards} {p:<9} fanout {:.3} update {:.2} ms",
                     r.summary.mean_fanout, r.summary.update_ms
                 );
-                let idx = if let Some(i) = cells.iter().position(|c| c.policy == *p && c.shards == shards) {
+                let idx = if let Some(i) = cells.iter().position(|c| c.strategy == *p && c.shards == shards) {
                     i
                 } else {
-                    cells.push(Cell { policy: p.clone(), shards, runs: Vec::new(), windows: Vec::new() });
+                    cells.push(Cell { strategy: p.clone(), shards, runs: Vec::new(), windows: Vec::new() });
                     cells.len() - 1
                 };
                 let cell = &mut cells[idx];
@@ -315,7 +316,7 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
         let _ = writeln!(s, "### S = {sh}\n");
         let _ = writeln!(
             s,
-            "| policy | mean fanout | P99 fanout | window sd | step sd | remote rows/req | max row imb | traffic imb | migrated rows/update | update ms | latency µs | P99 latency µs | state MiB |"
+            "| strategy | mean fanout | P99 fanout | window sd | step sd | remote rows/req | max row imb | traffic imb | migrated rows/update | update ms | latency µs | P99 latency µs | state MiB |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for c in cells.iter().filter(|c| c.shards == sh) {
@@ -326,7 +327,7 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                c.policy,
+                c.strategy,
                 f(&|r| r.mean_fanout, 3),
                 f(&|r| r.p99_fanout, 2),
                 f(&|r| r.window_fanout_sd, 3),
@@ -341,7 +342,7 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
                 f(&|r| r.state_bytes as f64 / (1024.0 * 1024.0), 2),
             );
         }
-        let get = |p: &str| cells.iter().find(|c| c.shards == sh && c.policy == p);
+        let get = |p: &str| cells.iter().find(|c| c.shards == sh && c.strategy == p);
         if let (Some(a), Some(full)) = (get("alis"), get("full")) {
             let (au, _) = mean_sd(a.runs.iter().map(|r| r.update_ms));
             let (fu, _) = mean_sd(full.runs.iter().map(|r| r.update_ms));

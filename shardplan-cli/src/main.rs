@@ -3,7 +3,7 @@
 //! Subcommands: `plan` (plan one task and explain its cost), `tasks` (write a seeded task suite),
 //! `eval` (run planners over a suite), `evaluate` (price existing plan files), `bench` (every planner on the NeuroShard protocol with both
 //! judges, bound and optimality gaps, scale), `export-torchrec` (a plan as a TorchRec sharding plan),
-//! `dynamic` (replay a request stream through the ALIS row-sharding policies), `pool` (the built-in
+//! `dynamic` (replay a request stream through the ALIS row-sharding strategies), `pool` (the built-in
 //! table pool as CSV), `list` (planners and cost models). Arguments are parsed in two
 //! stages: clap turns the command line into raw values, and planner-core's constructors validate them
 //! into spec types, so every refusal names the field and the value. Errors print their whole chain and
@@ -48,7 +48,7 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Write a plan document as a TorchRec sharding plan (apply it in TorchRec: docs/TORCHREC.md).
     ExportTorchrec(export_cmd::ExportArgs),
-    /// Replay a request stream through the dynamic row-sharding policies (ALIS and baselines).
+    /// Replay a request stream through the dynamic row-sharding strategies (ALIS and baselines).
     Dynamic(Box<dynamic::DynamicArgs>),
     /// Write the built-in table pool (or one half of it) as a tables CSV.
     Pool(pool_cmd::PoolArgs),

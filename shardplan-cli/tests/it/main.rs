@@ -507,7 +507,7 @@ fn write_stream(path: &std::path::Path, requests: usize) {
 }
 
 #[test]
-fn dynamic_replays_a_stream_through_every_policy() {
+fn dynamic_replays_a_stream_through_every_strategy() {
     let dir = scratch("dynamic");
     let input = dir.join("stream.jsonl");
     write_stream(&input, 60);
@@ -522,8 +522,8 @@ fn dynamic_replays_a_stream_through_every_policy() {
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(report["requests"], 60);
     let cells = report["cells"].as_array().unwrap();
-    // Every registered policy at both shard counts, each with one run per seed.
-    assert_eq!(cells.len(), 2 * planner_core::alis::POLICY_NAMES.len());
+    // Every registered strategy at both shard counts, each with one run per seed.
+    assert_eq!(cells.len(), 2 * alis::STRATEGY_NAMES.len());
     assert!(cells.iter().all(|c| c["runs"].as_array().unwrap().len() == 2));
 }
 
@@ -541,6 +541,12 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
         bin().args(["dynamic", "--input"]).arg(&input).args(["--decay", "0"]).arg("--out").arg(&out),
         &["decay = 0", "(0, 1]"],
     );
+    check_fails(
+        bin().args(["dynamic", "--input"]).arg(&input).args(["--strategies", "alis,nope"]),
+        &["strategy", "nope"],
+    );
+    // `--policies`, the flag's earlier name, still selects strategies (clap would refuse an unknown flag
+    // without naming the value).
     check_fails(bin().args(["dynamic", "--input"]).arg(&input).args(["--policies", "alis,nope"]), &["nope"]);
     // One window of 1000 requests would score nothing: the replay needs two.
     check_fails(

@@ -12,7 +12,7 @@
 //! only if it is heavier; otherwise it is dropped. The heavy shards of a row (the only ones that can win the
 //! argmax) are therefore kept exactly, and the error on a dropped shard is below the row's lightest slot.
 
-use super::AlisError;
+use crate::AlisError;
 
 /// Sentinel shard value of an empty slot.
 const EMPTY: u16 = u16::MAX;

@@ -1,4 +1,4 @@
-//! The iterative hypergraph partitioner used by the static, full re-partition and ALIS policies.
+//! The iterative hypergraph partitioner used by the static, full re-partition and ALIS strategies.
 //!
 //! Requests are hyperedges (nets) over rows (vertices); the objective is the mean fanout (connectivity λ of
 //! each net) under a per-shard row cap. Two phases:
@@ -91,7 +91,7 @@ impl Hypergraph {
     }
 }
 
-/// Partitioner settings (validated by the policy configs that own them).
+/// Partitioner settings (validated by the strategy configs that own them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionParams {
     /// Number of shards S.

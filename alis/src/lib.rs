@@ -1,6 +1,9 @@
 //! ALIS: dynamic row-level sharding of embedding tables for recommendation inference, and the prequential
 //! replay that measures it.
 //!
+//! Its own crate because it shares nothing with planner-core's training-time planners: it reads request
+//! streams, not table statistics, places rows, not table pieces, and has its own errors and registry.
+//!
 //! Rows (entries) of embedding tables are spread over `S` inference shards so that each request touches few
 //! shards (its *fanout*), every shard holds at most `⌈(1+ε)·rows/S⌉` rows, and the placement follows drifting
 //! request patterns without moving many rows or spending long on each update.
@@ -8,7 +11,7 @@
 //! Key types:
 //! - [`Stream`] (`stream.rs`): validated requests with rows interned to dense indices in first-appearance
 //!   order; [`parse_jsonl`] and [`parse_csv`] read the documented file formats from text.
-//! - [`Policy`] and the registry [`POLICY_NAMES`] / [`make_policy`] (`policy.rs`): hash, range, static,
+//! - [`Strategy`] and the registry [`STRATEGY_NAMES`] / [`make_strategy`] (`strategy/`): hash, range, static,
 //!   direct (the latest window from scratch), periodic full re-partition, greedy incremental, light
 //!   incremental (`alis-base`) and ALIS, all sharing [`Placement`] (`placement.rs`), the one capacity rule
 //!   (place by preference, spill to the next shard with room; ALIS may also move rows its window does not
@@ -25,13 +28,15 @@
 //! Why: scoring on the window a partition was built from overstates its quality, hence the prequential
 //! replay; the paper's two parameters called α are named `incr_ratio` (share of the newest window the light
 //! step partitions) and `decay` (per-window age decay of accumulated evidence) here so they cannot be
-//! confused. The module is sans-IO: update times come from a clock closure passed in by the caller.
+//! confused. Like planner-core, the crate is sans-IO (text and structs in, structs out; no file system, clock
+//! or printing) and builds for `wasm32-unknown-unknown`: update times come from a clock closure passed in by
+//! the caller.
 
 pub mod metrics;
 pub mod partition;
 pub mod placement;
-pub mod policy;
 pub mod replay;
+pub mod strategy;
 pub mod stream;
 pub mod synthetic;
 pub mod weights;
@@ -39,13 +44,13 @@ pub mod weights;
 pub use metrics::{LatencyModel, RunSummary, WindowMetrics};
 pub use partition::{Hypergraph, PartitionParams, partition};
 pub use placement::{Placement, hash_shard};
-pub use policy::{POLICY_NAMES, Policy, PolicyConfig, make_policy};
 pub use replay::{ReplayConfig, ReplayResult, replay};
+pub use strategy::{STRATEGY_NAMES, Strategy, StrategyConfig, make_strategy};
 pub use stream::{RawRequest, Stream, parse_csv, parse_jsonl};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;
 
-/// Errors of the ALIS module; each names what the caller can fix.
+/// Errors of the ALIS crate; each names what the caller can fix.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AlisError {
@@ -74,9 +79,9 @@ pub enum AlisError {
     /// The stream holds no request.
     #[error("the stream holds no request")]
     EmptyStream,
-    /// No policy has this name.
-    #[error("unknown policy {name:?} (known: {known})")]
-    UnknownPolicy {
+    /// No strategy has this name.
+    #[error("unknown strategy {name:?} (known: {known})")]
+    UnknownStrategy {
         /// Name given.
         name: String,
         /// Registered names.

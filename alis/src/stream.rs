@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::AlisError;
+use crate::AlisError;
 
 /// One request as read from a stream file, before validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub struct Stream {
     request_ids: Vec<u64>,
     row_keys: Vec<u64>,
     row_tables: Vec<u32>,
-    /// `known_after[i]`: one past the largest row index in requests `0..i` (prefix maxima, so that the policies'
+    /// `known_after[i]`: one past the largest row index in requests `0..i` (prefix maxima, so that the strategies'
     /// per-update question costs O(1) instead of a scan of the whole history).
     known_after: Vec<usize>,
 }

@@ -1,40 +1,40 @@
 //! The prequential replay driver: for every window, score the placement made before seeing it, then let the
-//! policy update on it and count what moved.
+//! strategy update on it and count what moved.
 
-use super::AlisError;
-use super::metrics::{LatencyModel, RunSummary, WindowMetrics, score_window, summarise};
-use super::placement::hash_shard;
-use super::policy::{PolicyConfig, make_policy};
-use super::stream::Stream;
+use crate::AlisError;
+use crate::metrics::{LatencyModel, RunSummary, WindowMetrics, score_window, summarise};
+use crate::placement::hash_shard;
+use crate::strategy::{StrategyConfig, make_strategy};
+use crate::stream::Stream;
 
 /// Replay settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReplayConfig {
-    /// Requests per window (one policy update per window).
+    /// Requests per window (one strategy update per window).
     pub window_requests: usize,
     /// Latency model used for scoring.
     pub latency: LatencyModel,
 }
 
-/// The result of replaying one policy.
+/// The result of replaying one strategy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayResult {
-    /// Per-window metrics (window 0 is scored before any update: every policy serves it by hash).
+    /// Per-window metrics (window 0 is scored before any update: every strategy serves it by hash).
     pub windows: Vec<WindowMetrics>,
     /// Summary over the scored windows.
     pub summary: RunSummary,
 }
 
-/// Replays `stream` through the policy `name` built from `cfg`. `clock_ms` is read immediately before and after
+/// Replays `stream` through the strategy `name` built from `cfg`. `clock_ms` is read immediately before and after
 /// every update (the core has no clock of its own); pass a constant closure when time does not matter.
 pub fn replay(
     stream: &Stream,
     name: &str,
-    cfg: &PolicyConfig,
+    cfg: &StrategyConfig,
     replay_cfg: &ReplayConfig,
     clock_ms: &mut dyn FnMut() -> f64,
 ) -> Result<ReplayResult, AlisError> {
-    let mut policy = make_policy(name, cfg)?;
+    let mut strategy = make_strategy(name, cfg)?;
     let windows = stream.windows(replay_cfg.window_requests)?;
     // Window 0 is served before any update and left out of the summaries: one window would score nothing.
     if windows.len() < 2 {
@@ -55,30 +55,30 @@ pub fn replay(
     let mut out = Vec::with_capacity(windows.len());
     let mut prev: Vec<u16> = Vec::new();
     for (w, range) in windows.into_iter().enumerate() {
-        let mut m = score_window(stream, range.clone(), policy.placement(), &replay_cfg.latency, w);
+        let mut m = score_window(stream, range.clone(), strategy.placement(), &replay_cfg.latency, w);
         prev.clear();
-        prev.extend_from_slice(policy.placement().as_slice());
+        prev.extend_from_slice(strategy.placement().as_slice());
         let t0 = clock_ms();
-        policy.update(stream, range);
+        strategy.update(stream, range);
         let t1 = clock_ms();
-        let now = policy.placement().as_slice();
+        let now = strategy.placement().as_slice();
         let moved_known = prev.iter().zip(now).filter(|(a, b)| a != b).count();
         let moved_new = (prev.len()..now.len()).filter(|&r| hash_shard(stream, r as u32, cfg.shards) != now[r]).count();
         m.migrated_rows = (moved_known + moved_new) as u64;
         m.update_ms = t1 - t0;
         out.push(m);
     }
-    let summary = summarise(name, cfg.seed, &out, policy.state_bytes());
+    let summary = summarise(name, cfg.seed, &out, strategy.state_bytes());
     Ok(ReplayResult { windows: out, summary })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::metrics::LatencyModel;
-    use super::super::policy::POLICY_NAMES;
-    use super::super::stream::RawRequest;
-    use super::super::synthetic::{SyntheticParams, generate};
     use super::*;
+    use crate::metrics::LatencyModel;
+    use crate::strategy::STRATEGY_NAMES;
+    use crate::stream::RawRequest;
+    use crate::synthetic::{SyntheticParams, generate};
 
     /// A small drifting stream: 6 windows of 300 requests over ~1 600 rows, with the shift at window 3.
     fn small(seed: u64) -> (Stream, ReplayConfig) {
@@ -95,8 +95,8 @@ mod tests {
         (s, ReplayConfig { window_requests: 300, latency: LatencyModel::default() })
     }
 
-    fn cfg(shards: usize, seed: u64) -> PolicyConfig {
-        PolicyConfig { shards, seed, max_iters: 4, ..PolicyConfig::default() }
+    fn cfg(shards: usize, seed: u64) -> StrategyConfig {
+        StrategyConfig { shards, seed, max_iters: 4, ..StrategyConfig::default() }
     }
 
     #[test]
@@ -122,16 +122,16 @@ mod tests {
     }
 
     #[test]
-    fn every_policy_respects_capacity_and_places_every_seen_row() {
+    fn every_strategy_respects_capacity_and_places_every_seen_row() {
         let (s, rc) = small(5);
         for shards in [4usize, 16] {
-            for name in POLICY_NAMES {
+            for name in STRATEGY_NAMES {
                 let c = cfg(shards, 1);
-                let mut pol = make_policy(name, &c).unwrap_or_else(|e| panic!("{e}"));
+                let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
                 for w in s.windows(rc.window_requests).unwrap_or_else(|e| panic!("{e}")) {
                     let end = w.end;
-                    pol.update(&s, w);
-                    let pl = pol.placement();
+                    strategy.update(&s, w);
+                    let pl = strategy.placement();
                     assert_eq!(pl.len(), s.rows_known_after(end), "{name}");
                     let max = pl.loads().iter().copied().max().unwrap_or(0);
                     assert!(max <= pl.cap(), "{name} S={shards}: max load {max} > cap {}", pl.cap());
@@ -145,8 +145,8 @@ mod tests {
     fn capacity_binds_when_epsilon_is_zero() {
         // With ε = 0 the cap is exactly ⌈rows/S⌉, so co-location pressure must spill; loads stay within it.
         let (s, rc) = small(6);
-        for name in POLICY_NAMES {
-            let c = PolicyConfig { epsilon: 0.0, ..cfg(4, 2) };
+        for name in STRATEGY_NAMES {
+            let c = StrategyConfig { epsilon: 0.0, ..cfg(4, 2) };
             let r = replay(&s, name, &c, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
             let worst = r.windows.iter().map(|w| w.row_imbalance).fold(0.0, f64::max);
             assert!(worst <= 1.0 + 4.0 / 1600.0 + 1e-9, "{name}: row imbalance {worst}");
@@ -157,14 +157,14 @@ mod tests {
     fn alis_without_aggregate_equals_light_incremental() {
         let (s, rc) = small(7);
         // A slow decay, so that older shard sets can outvote the newest one and the aggregate visibly acts.
-        let c = PolicyConfig { decay: 0.9, ..cfg(8, 3) };
+        let c = StrategyConfig { decay: 0.9, ..cfg(8, 3) };
         let base = replay(&s, "alis-base", &c, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         // β = 0 with a full history: the votes are computed but must not change anything.
-        let beta0 = PolicyConfig { beta: 0.0, ..c };
+        let beta0 = StrategyConfig { beta: 0.0, ..c };
         let a = replay(&s, "alis", &beta0, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(a.windows, base.windows);
         // No history (β = 0.8): nothing votes, so again plain light incremental.
-        let none = PolicyConfig { history_sets: 0, ..c };
+        let none = StrategyConfig { history_sets: 0, ..c };
         let b = replay(&s, "alis", &none, &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(b.windows, base.windows);
         // And the aggregate does act when enabled (otherwise the equalities above would prove nothing).
@@ -183,16 +183,16 @@ mod tests {
         }
         let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
         let hot_shards = |evict_cold: bool| {
-            let c = PolicyConfig { shards: 2, evict_cold, ..PolicyConfig::default() };
-            let mut pol = make_policy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
+            let c = StrategyConfig { shards: 2, evict_cold, ..StrategyConfig::default() };
+            let mut strategy = make_strategy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
             for w in s.windows(10).unwrap_or_else(|e| panic!("{e}")) {
-                pol.update(&s, w);
-                let pl = pol.placement();
+                strategy.update(&s, w);
+                let pl = strategy.placement();
                 assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
                 assert_eq!(pl.loads().iter().sum::<usize>(), 20);
             }
             let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
-            let mut shards: Vec<u16> = (0..10).map(|id| pol.placement().as_slice()[row(id) as usize]).collect();
+            let mut shards: Vec<u16> = (0..10).map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
             shards.sort_unstable();
             shards.dedup();
             shards.len()
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn replay_is_deterministic_per_seed() {
-        for name in POLICY_NAMES {
+        for name in STRATEGY_NAMES {
             let (s1, rc) = small(9);
             let (s2, _) = small(9);
             let a = replay(&s1, name, &cfg(8, 4), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
@@ -231,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn partitioning_policies_beat_hash_on_a_community_stream() {
+    fn partitioning_strategies_beat_hash_on_a_community_stream() {
         let (s, rc) = small(12);
         let hash = replay(&s, "hash", &cfg(8, 0), &rc, &mut || 0.0).unwrap_or_else(|e| panic!("{e}"));
         for name in ["direct", "full", "alis", "alis-base"] {
@@ -249,7 +249,7 @@ mod tests {
     fn a_replay_needs_two_windows() {
         let (stream, mut rc) = small(1);
         let n = stream.n_requests();
-        let cfg = PolicyConfig { shards: 4, ..PolicyConfig::default() };
+        let cfg = StrategyConfig { shards: 4, ..StrategyConfig::default() };
         rc.window_requests = n;
         let err = replay(&stream, "alis", &cfg, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("window_requests") && err.contains(&format!("1..={}", n - 1)), "{err}");
@@ -262,10 +262,10 @@ mod tests {
         let (s, rc) = small(1);
         let e = replay(&s, "nope", &cfg(4, 0), &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("nope") && e.contains("alis"), "{e}");
-        let c = PolicyConfig { incr_ratio: 0.0, ..cfg(4, 0) };
+        let c = StrategyConfig { incr_ratio: 0.0, ..cfg(4, 0) };
         let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("incr_ratio") && e.contains("(0, 1]"), "{e}");
-        let c = PolicyConfig { shards: 0, ..cfg(4, 0) };
+        let c = StrategyConfig { shards: 0, ..cfg(4, 0) };
         assert!(replay(&s, "hash", &c, &rc, &mut || 0.0).is_err());
         let rc0 = ReplayConfig { window_requests: 0, ..rc };
         assert!(replay(&s, "hash", &cfg(4, 0), &rc0, &mut || 0.0).is_err());

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::placement::Placement;
-use super::stream::Stream;
+use crate::placement::Placement;
+use crate::stream::Stream;
 
 /// The per-shard RPC latency model: a request sends one RPC to every shard it touches, in parallel, after
 /// the caller has issued them one by one:
@@ -149,11 +149,12 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
     (m, v.sqrt())
 }
 
-/// One policy on one stream (one seed), summarised over the scored windows.
+/// One strategy on one stream (one seed), summarised over the scored windows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
-    /// Policy name.
-    pub policy: String,
+    /// Strategy name (`policy` in files written before the row-sharding rules were called strategies).
+    #[serde(alias = "policy")]
+    pub strategy: String,
     /// Seed of the run.
     pub seed: u64,
     /// Request-weighted mean fanout over scored windows.
@@ -166,7 +167,7 @@ pub struct RunSummary {
     pub window_fanout_mad: f64,
     /// Window-to-window standard deviation from successive differences (von Neumann):
     /// `sqrt(Σ (fanout_t − fanout_{t−1})² / (2·(n−1)))`. It equals the plain sd for a series without trend,
-    /// but unlike it does not grow with a slow trend such as a policy's improvement over the run.
+    /// but unlike it does not grow with a slow trend such as a strategy's improvement over the run.
     #[serde(default)]
     pub window_fanout_step_sd: f64,
     /// Remote rows per request.
@@ -185,14 +186,14 @@ pub struct RunSummary {
     pub mean_latency_us: f64,
     /// Mean of the per-window P99 modelled latency, microseconds.
     pub p99_latency_us: f64,
-    /// Heap bytes of the policy state after the last update.
+    /// Heap bytes of the strategy state after the last update.
     pub state_bytes: usize,
 }
 
 /// Summarises `windows` (all updates, scored or not) of one run; window 0 (scored before any update) is
 /// excluded from quality figures.
 #[must_use]
-pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes: usize) -> RunSummary {
+pub fn summarise(strategy: &str, seed: u64, windows: &[WindowMetrics], state_bytes: usize) -> RunSummary {
     let scored: Vec<&WindowMetrics> = windows.iter().filter(|w| w.window > 0).collect();
     let reqs: f64 = scored.iter().map(|w| w.requests as f64).sum::<f64>().max(1.0);
     let wmean = |f: &dyn Fn(&WindowMetrics) -> f64| scored.iter().map(|w| f(w) * w.requests as f64).sum::<f64>() / reqs;
@@ -211,7 +212,7 @@ pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes
     };
     let n_upd = windows.len().max(1) as f64;
     RunSummary {
-        policy: policy.to_string(),
+        strategy: strategy.to_string(),
         seed,
         mean_fanout: wmean(&|w| w.mean_fanout),
         p99_fanout: plain(&|w| w.p99_fanout),
@@ -227,5 +228,21 @@ pub fn summarise(policy: &str, seed: u64, windows: &[WindowMetrics], state_bytes
         mean_latency_us: wmean(&|w| w.mean_latency_us),
         p99_latency_us: plain(&|w| w.p99_latency_us),
         state_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports written before the rename name the strategy `policy`; they must still read.
+    #[test]
+    fn run_summaries_read_the_old_policy_field() {
+        let summary = summarise("alis", 3, &[], 0);
+        let mut value = serde_json::to_value(&summary).unwrap();
+        let fields = value.as_object_mut().unwrap();
+        let name = fields.remove("strategy").unwrap();
+        fields.insert("policy".to_string(), name);
+        assert_eq!(serde_json::from_value::<RunSummary>(value).unwrap(), summary);
     }
 }

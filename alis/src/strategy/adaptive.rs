@@ -1,413 +1,27 @@
-//! Sharding policies: hash, range, static one-shot, periodic full re-partition, greedy incremental, light
-//! incremental (`alis-base`) and ALIS. All share [`Placement`] and its capacity rule.
+//! ALIS: light incremental sharding plus aggregate based sharding; without history (β = 0) the light
+//! incremental step alone (`alis-base`).
 
 use std::collections::VecDeque;
 use std::ops::Range;
 
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
-use super::AlisError;
-use super::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
-use super::placement::{Placement, hash_shard};
-use super::stream::Stream;
-use super::weights::SparseWeights;
-
-/// Names of all policies, in report order (the single registry the CLI reads).
-pub const POLICY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];
-
-/// Settings shared by all policies, with ALIS's own parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PolicyConfig {
-    /// Number of shards S (1..=4096).
-    pub shards: usize,
-    /// Balance slack ε: at most ⌈(1+ε)·rows/S⌉ rows per shard.
-    pub epsilon: f64,
-    /// Refinement sweeps of the iterative partitioner.
-    pub max_iters: usize,
-    /// p of the probabilistic-fanout objective, in (0, 1].
-    pub p_fanout: f64,
-    /// Full re-partition period in windows (`full` policy).
-    pub full_every: usize,
-    /// The paper's incremental data ratio α: fraction of the latest window's requests that the light
-    /// incremental step partitions, in (0, 1].
-    pub incr_ratio: f64,
-    /// The paper's age decay α(I), per window, in (0, 1]: all accumulated weights (ΔW and shard-set votes)
-    /// of age `a` windows count `decay^a`.
-    pub decay: f64,
-    /// Aggregate history weight β in [0, 1]: score = (1−β)·current + β·history vote.
-    pub beta: f64,
-    /// Number of previous shard sets that vote (0 disables the aggregate step).
-    pub history_sets: usize,
-    /// Slots per row of the sparse weight matrix.
-    pub top_k: usize,
-    /// Light incremental sharding lets the window's rows take the room of cold rows (rows the window does not
-    /// touch), which are then moved off overflowing shards, least recently touched first. Off, every row
-    /// outside `D_new` keeps its shard and the window's rows share only the cap's slack.
-    #[serde(default = "evict_cold_default")]
-    pub evict_cold: bool,
-    /// Seed of the policy's random choices (partitioner visit order).
-    pub seed: u64,
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig {
-            shards: 8,
-            epsilon: 0.05,
-            max_iters: 8,
-            p_fanout: 0.5,
-            full_every: 1,
-            incr_ratio: 0.5,
-            decay: 0.7,
-            beta: 0.8,
-            history_sets: 4,
-            top_k: 4,
-            evict_cold: true,
-            seed: 0,
-        }
-    }
-}
-
-fn evict_cold_default() -> bool {
-    true
-}
-
-impl PolicyConfig {
-    /// Checks every field; the error names the field, its value and the allowed range.
-    pub fn validate(&self) -> Result<(), AlisError> {
-        let bad = |field: &'static str, value: String, allowed: &str| {
-            Err(AlisError::InvalidParam { field, value, allowed: allowed.to_string() })
-        };
-        if !(1..=4096).contains(&self.shards) {
-            return bad("shards", self.shards.to_string(), "1..=4096");
-        }
-        if !(self.epsilon >= 0.0 && self.epsilon <= 10.0) {
-            return bad("epsilon", self.epsilon.to_string(), "[0, 10]");
-        }
-        if self.max_iters > 1000 {
-            return bad("max_iters", self.max_iters.to_string(), "0..=1000");
-        }
-        if !(self.p_fanout > 0.0 && self.p_fanout <= 1.0) {
-            return bad("p_fanout", self.p_fanout.to_string(), "(0, 1]");
-        }
-        if self.full_every == 0 {
-            return bad("full_every", "0".into(), ">= 1");
-        }
-        if !(self.incr_ratio > 0.0 && self.incr_ratio <= 1.0) {
-            return bad("incr_ratio", self.incr_ratio.to_string(), "(0, 1]");
-        }
-        if !(self.decay > 0.0 && self.decay <= 1.0) {
-            return bad("decay", self.decay.to_string(), "(0, 1]");
-        }
-        if !(0.0..=1.0).contains(&self.beta) {
-            return bad("beta", self.beta.to_string(), "[0, 1]");
-        }
-        if self.history_sets > 64 {
-            return bad("history_sets", self.history_sets.to_string(), "0..=64");
-        }
-        if !(1..=64).contains(&self.top_k) {
-            return bad("top_k", self.top_k.to_string(), "1..=64");
-        }
-        Ok(())
-    }
-
-    fn partition_params(&self, caps: Vec<usize>) -> PartitionParams {
-        PartitionParams { shards: self.shards, caps, max_iters: self.max_iters, p_fanout: self.p_fanout }
-    }
-}
-
-/// A dynamic sharding policy: sees windows of requests in order and keeps a [`Placement`] of all rows seen.
-pub trait Policy {
-    /// Registry name.
-    fn name(&self) -> &'static str;
-    /// Observes requests `window` of `stream` (all earlier requests were observed before) and updates the
-    /// placement; afterwards every row occurring in requests `..window.end` is placed.
-    fn update(&mut self, stream: &Stream, window: Range<usize>);
-    /// The deployed placement.
-    fn placement(&self) -> &Placement;
-    /// Heap bytes of the policy's state (placement, weights, history).
-    fn state_bytes(&self) -> usize;
-}
-
-/// Builds the policy registered under `name`.
-pub fn make_policy(name: &str, cfg: &PolicyConfig) -> Result<Box<dyn Policy>, AlisError> {
-    cfg.validate()?;
-    let p = Placement::new(cfg.shards, cfg.epsilon);
-    Ok(match name {
-        "hash" => Box::new(HashPolicy { placement: p }),
-        "range" => Box::new(RangePolicy { placement: p, bounds: None }),
-        "static" => Box::new(FullPolicy::new(*cfg, p, Scope::First)),
-        "direct" => Box::new(FullPolicy::new(*cfg, p, Scope::Latest)),
-        "full" => Box::new(FullPolicy::new(*cfg, p, Scope::All)),
-        "greedy" => {
-            Box::new(GreedyPolicy { cfg: *cfg, placement: p, weights: SparseWeights::new(cfg.top_k, cfg.decay)? })
-        }
-        "alis-base" => Box::new(AlisPolicy::new(PolicyConfig { beta: 0.0, history_sets: 0, ..*cfg }, "alis-base")?),
-        "alis" => Box::new(AlisPolicy::new(*cfg, "alis")?),
-        other => {
-            return Err(AlisError::UnknownPolicy { name: other.to_string(), known: POLICY_NAMES.join(", ") });
-        }
-    })
-}
-
-/// `id mod S`: new rows go to their hash shard (spilling only when the cap binds); rows never move.
-struct HashPolicy {
-    placement: Placement,
-}
-
-impl Policy for HashPolicy {
-    fn name(&self) -> &'static str {
-        "hash"
-    }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
-        self.placement.grow_hash(stream, stream.rows_known_after(window.end));
-    }
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-    fn state_bytes(&self) -> usize {
-        self.placement.heap_bytes()
-    }
-}
-
-/// Range sharding on (table id, row id): S contiguous key ranges fixed at the first update (equal row counts
-/// of the rows known then); later rows go to their range, spilling under the cap.
-struct RangePolicy {
-    placement: Placement,
-    bounds: Option<Vec<(u32, u64)>>,
-}
-
-impl Policy for RangePolicy {
-    fn name(&self) -> &'static str {
-        "range"
-    }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
-        let rows = stream.rows_known_after(window.end);
-        let key = |r: usize| (stream.row_table(r as u32), stream.row_key(r as u32));
-        let s_count = self.placement.shards();
-        let bounds = self.bounds.get_or_insert_with(|| {
-            let mut keys: Vec<(u32, u64)> = (0..rows).map(key).collect();
-            keys.sort_unstable();
-            (1..s_count).filter_map(|s| keys.get(s * keys.len() / s_count).copied()).collect()
-        });
-        let old = self.placement.len();
-        self.placement.grow_hash(stream, rows);
-        for r in old..rows {
-            let k = key(r);
-            let pref = bounds.partition_point(|b| *b <= k) as u16;
-            self.placement.place(r as u32, &[pref]);
-        }
-    }
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-    fn state_bytes(&self) -> usize {
-        self.placement.heap_bytes() + self.bounds.as_ref().map_or(0, |b| b.capacity() * 16)
-    }
-}
-
-/// Which requests a from-scratch partition reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scope {
-    /// The first window only, once (`static`); later rows are placed by hash.
-    First,
-    /// The latest window, every update (`direct`: the paper's direct sharding, ALIS without its history).
-    Latest,
-    /// All requests so far, every `full_every` updates (`full`).
-    All,
-}
-
-/// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
-/// re-partition. Rows the scope's requests do not touch are placed last, into the room left.
-struct FullPolicy {
-    cfg: PolicyConfig,
-    placement: Placement,
-    scope: Scope,
-    updates: usize,
-    rng: ChaCha8Rng,
-}
-
-impl FullPolicy {
-    fn new(cfg: PolicyConfig, placement: Placement, scope: Scope) -> Self {
-        FullPolicy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
-    }
-}
-
-impl Policy for FullPolicy {
-    fn name(&self) -> &'static str {
-        match self.scope {
-            Scope::First => "static",
-            Scope::Latest => "direct",
-            Scope::All => "full",
-        }
-    }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
-        let rows = stream.rows_known_after(window.end);
-        let due = match self.scope {
-            Scope::First => self.updates == 0,
-            Scope::Latest => true,
-            Scope::All => self.updates.is_multiple_of(self.cfg.full_every),
-        };
-        self.updates += 1;
-        if !due {
-            self.placement.grow_hash(stream, rows);
-            return;
-        }
-        // Global dense ids over all known rows; the scope decides which requests are nets.
-        let read = if self.scope == Scope::Latest { window } else { 0..window.end };
-        let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)));
-        let params = self.cfg.partition_params(vec![self.placement.cap_for(rows); self.cfg.shards]);
-        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
-        let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
-        self.placement.set_all(part);
-    }
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-    fn state_bytes(&self) -> usize {
-        self.placement.heap_bytes()
-    }
-}
-
-/// Renames the shards of a fresh partition to maximise the rows that stay where they are (greedy matching on
-/// the overlap matrix, largest overlap first, ties by index): shard labels of a fresh partition are
-/// arbitrary, and a real system would not move rows just to rename shards.
-fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
-    let mut overlap = vec![0usize; s_count * s_count];
-    for (&n, &o) in new.iter().zip(old) {
-        overlap[n as usize * s_count + o as usize] += 1;
-    }
-    let mut pairs: Vec<(usize, usize, usize)> =
-        (0..s_count * s_count).map(|i| (overlap[i], i / s_count, i % s_count)).collect();
-    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let mut map = vec![u16::MAX; s_count];
-    let mut used = vec![false; s_count];
-    for (_, n, o) in pairs {
-        if map[n] == u16::MAX && !used[o] {
-            map[n] = o as u16;
-            used[o] = true;
-        }
-    }
-    new.iter().map(|&n| map[n as usize]).collect()
-}
-
-/// Shards of `row` ordered by decreasing score (ties by shard index), and the margin best − second best.
-fn ranked(scores: &mut [(u16, f64)]) -> f64 {
-    scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    match scores {
-        [] => 0.0,
-        [one] => one.1,
-        [a, b, ..] => a.1 - b.1,
-    }
-}
-
-/// `x` as an integer whose unsigned order is `f64::total_cmp`'s order.
-fn total_order_key(x: f64) -> u64 {
-    let bits = x.to_bits();
-    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
-}
-
-/// Rows to re-place with their ranked shard preferences, in flat buffers (no allocation per row).
-struct Scored {
-    /// (row, margin, start and end of its preferences in `prefs`).
-    rows: Vec<(u32, f64, usize, usize)>,
-    prefs: Vec<u16>,
-}
-
-impl Scored {
-    fn with_capacity(rows: usize, per_row: usize) -> Self {
-        Scored { rows: Vec::with_capacity(rows), prefs: Vec::with_capacity(rows * per_row) }
-    }
-
-    /// Ranks `scores` and records the row's preferences.
-    fn push(&mut self, row: u32, scores: &mut [(u16, f64)]) {
-        let margin = ranked(scores);
-        let start = self.prefs.len();
-        self.prefs.extend(scores.iter().map(|x| x.0));
-        self.rows.push((row, margin, start, self.prefs.len()));
-    }
-
-    /// Re-places the rows in decreasing margin order (ties by row), each to its best shard with room.
-    fn place(mut self, placement: &mut Placement) {
-        // Rows are distinct, so the order is total and an unstable sort gives the same result. Integer keys
-        // (the margin's total order, inverted for decreasing) sort faster than comparing floats.
-        self.rows.sort_unstable_by_key(|x| (!total_order_key(x.1), x.0));
-        let cap = placement.cap();
-        for &(row, _, start, end) in &self.rows {
-            placement.place_under(row, &self.prefs[start..end], cap);
-        }
-    }
-}
-
-/// Greedy incremental: every row of a request votes for the current shards of its co-requested rows
-/// (weight `1/(|r|−1)` per neighbour) into a decayed sparse W; touched rows go to argmax W under the cap.
-struct GreedyPolicy {
-    cfg: PolicyConfig,
-    placement: Placement,
-    weights: SparseWeights,
-}
-
-impl Policy for GreedyPolicy {
-    fn name(&self) -> &'static str {
-        "greedy"
-    }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
-        let rows = stream.rows_known_after(window.end);
-        self.placement.grow_hash(stream, rows);
-        self.weights.ensure_rows(rows);
-        self.weights.age();
-        let mut count = vec![0u32; self.cfg.shards];
-        let mut touched: Vec<u32> = Vec::new();
-        for i in window {
-            let req = stream.request(i);
-            touched.extend_from_slice(req);
-            if req.len() < 2 {
-                continue;
-            }
-            count.fill(0);
-            for &r in req {
-                count[self.placement.as_slice()[r as usize] as usize] += 1;
-            }
-            let w = 1.0 / (req.len() - 1) as f64;
-            for &r in req {
-                let own = self.placement.as_slice()[r as usize] as usize;
-                for (s, &c) in count.iter().enumerate() {
-                    let c = c - u32::from(s == own);
-                    if c > 0 {
-                        self.weights.add(r, s as u16, w * f64::from(c));
-                    }
-                }
-            }
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        let mut scored = Scored::with_capacity(touched.len(), self.cfg.top_k);
-        let mut sc: Vec<(u16, f64)> = Vec::with_capacity(self.cfg.top_k);
-        for r in touched {
-            sc.clear();
-            sc.extend(self.weights.row(r));
-            scored.push(r, &mut sc);
-        }
-        scored.place(&mut self.placement);
-    }
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-    fn state_bytes(&self) -> usize {
-        self.placement.heap_bytes() + self.weights.heap_bytes()
-    }
-}
+use super::{Scored, Strategy, StrategyConfig};
+use crate::AlisError;
+use crate::partition::{Hypergraph, UNASSIGNED, partition};
+use crate::placement::{Placement, hash_shard};
+use crate::stream::Stream;
+use crate::weights::SparseWeights;
 
 /// ALIS: light incremental sharding (iterative partition of the newest `incr_ratio` of the window, warm-
 /// started from the deployed placement, accumulated into the sparse W) plus aggregate based sharding (a soft
 /// vote of the current and the last `history_sets` interim shard sets, weighted by `decay^age / C` where C is
 /// the set's fanout on the held-out part of the latest window, mixed in with weight β). With β = 0 or no
 /// history it is plain light incremental (`alis-base`).
-struct AlisPolicy {
+pub(super) struct AlisStrategy {
     name: &'static str,
-    cfg: PolicyConfig,
+    cfg: StrategyConfig,
     placement: Placement,
     weights: SparseWeights,
     rng: ChaCha8Rng,
@@ -565,10 +179,10 @@ impl LocalWindow {
     }
 }
 
-impl AlisPolicy {
-    fn new(cfg: PolicyConfig, name: &'static str) -> Result<Self, AlisError> {
+impl AlisStrategy {
+    pub(super) fn new(cfg: StrategyConfig, name: &'static str) -> Result<Self, AlisError> {
         cfg.validate()?;
-        Ok(AlisPolicy {
+        Ok(AlisStrategy {
             name,
             cfg,
             placement: Placement::new(cfg.shards, cfg.epsilon),
@@ -680,7 +294,7 @@ impl AlisPolicy {
     }
 }
 
-impl Policy for AlisPolicy {
+impl Strategy for AlisStrategy {
     fn name(&self) -> &'static str {
         self.name
     }

@@ -1,6 +1,6 @@
-//! The deployed row → shard assignment shared by all policies, and the capacity rule they all obey.
+//! The deployed row → shard assignment shared by all strategies, and the capacity rule they all obey.
 
-use super::stream::Stream;
+use crate::stream::Stream;
 
 /// Row → shard assignment of the rows known so far (`0..len`), with per-shard row loads.
 ///
@@ -104,7 +104,7 @@ impl Placement {
                 break;
             }
         }
-        let s = s.unwrap_or_else(|| super::partition::least_loaded(&self.load) as u16);
+        let s = s.unwrap_or_else(|| crate::partition::least_loaded(&self.load) as u16);
         self.shard[r] = s;
         self.load[s as usize] += 1;
         s != old
@@ -143,7 +143,7 @@ impl Placement {
 
     /// Puts a set-aside row that did not fit back on the least loaded shard.
     pub fn relocate(&mut self, row: u32) {
-        let s = super::partition::least_loaded(&self.load);
+        let s = crate::partition::least_loaded(&self.load);
         self.shard[row as usize] = s as u16;
         self.load[s] += 1;
     }
@@ -154,7 +154,7 @@ impl Placement {
                 return p;
             }
         }
-        super::partition::least_loaded(&self.load) as u16
+        crate::partition::least_loaded(&self.load) as u16
     }
 
     /// Heap bytes held.

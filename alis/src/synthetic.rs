@@ -9,8 +9,8 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::AlisError;
-use super::stream::Stream;
+use crate::AlisError;
+use crate::stream::Stream;
 
 /// Generator parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

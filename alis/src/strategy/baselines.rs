@@ -1,0 +1,213 @@
+//! The baseline row-sharding strategies: hash, range, static one-shot, direct (the latest window from scratch),
+//! periodic full re-partition and greedy incremental.
+
+use std::ops::Range;
+
+use rand::SeedableRng;
+use rand::rngs::ChaCha8Rng;
+
+use super::{Scored, Strategy, StrategyConfig};
+use crate::partition::{Hypergraph, UNASSIGNED, partition};
+use crate::placement::Placement;
+use crate::stream::Stream;
+use crate::weights::SparseWeights;
+
+/// `id mod S`: new rows go to their hash shard (spilling only when the cap binds); rows never move.
+pub(super) struct HashStrategy {
+    pub(super) placement: Placement,
+}
+
+impl Strategy for HashStrategy {
+    fn name(&self) -> &'static str {
+        "hash"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        self.placement.grow_hash(stream, stream.rows_known_after(window.end));
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes()
+    }
+}
+
+/// Range sharding on (table id, row id): S contiguous key ranges fixed at the first update (equal row counts
+/// of the rows known then); later rows go to their range, spilling under the cap.
+pub(super) struct RangeStrategy {
+    pub(super) placement: Placement,
+    pub(super) bounds: Option<Vec<(u32, u64)>>,
+}
+
+impl Strategy for RangeStrategy {
+    fn name(&self) -> &'static str {
+        "range"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        let key = |r: usize| (stream.row_table(r as u32), stream.row_key(r as u32));
+        let s_count = self.placement.shards();
+        let bounds = self.bounds.get_or_insert_with(|| {
+            let mut keys: Vec<(u32, u64)> = (0..rows).map(key).collect();
+            keys.sort_unstable();
+            (1..s_count).filter_map(|s| keys.get(s * keys.len() / s_count).copied()).collect()
+        });
+        let old = self.placement.len();
+        self.placement.grow_hash(stream, rows);
+        for r in old..rows {
+            let k = key(r);
+            let pref = bounds.partition_point(|b| *b <= k) as u16;
+            self.placement.place(r as u32, &[pref]);
+        }
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes() + self.bounds.as_ref().map_or(0, |b| b.capacity() * 16)
+    }
+}
+
+/// Which requests a from-scratch partition reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// The first window only, once (`static`); later rows are placed by hash.
+    First,
+    /// The latest window, every update (`direct`: the paper's direct sharding, ALIS without its history).
+    Latest,
+    /// All requests so far, every `full_every` updates (`full`).
+    All,
+}
+
+/// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
+/// re-partition. Rows the scope's requests do not touch are placed last, into the room left.
+pub(super) struct FullStrategy {
+    cfg: StrategyConfig,
+    placement: Placement,
+    scope: Scope,
+    updates: usize,
+    rng: ChaCha8Rng,
+}
+
+impl FullStrategy {
+    pub(super) fn new(cfg: StrategyConfig, placement: Placement, scope: Scope) -> Self {
+        FullStrategy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
+    }
+}
+
+impl Strategy for FullStrategy {
+    fn name(&self) -> &'static str {
+        match self.scope {
+            Scope::First => "static",
+            Scope::Latest => "direct",
+            Scope::All => "full",
+        }
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        let due = match self.scope {
+            Scope::First => self.updates == 0,
+            Scope::Latest => true,
+            Scope::All => self.updates.is_multiple_of(self.cfg.full_every),
+        };
+        self.updates += 1;
+        if !due {
+            self.placement.grow_hash(stream, rows);
+            return;
+        }
+        // Global dense ids over all known rows; the scope decides which requests are nets.
+        let read = if self.scope == Scope::Latest { window } else { 0..window.end };
+        let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)));
+        let params = self.cfg.partition_params(vec![self.placement.cap_for(rows); self.cfg.shards]);
+        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
+        let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
+        self.placement.set_all(part);
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes()
+    }
+}
+
+/// Renames the shards of a fresh partition to maximise the rows that stay where they are (greedy matching on
+/// the overlap matrix, largest overlap first, ties by index): shard labels of a fresh partition are
+/// arbitrary, and a real system would not move rows just to rename shards.
+fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
+    let mut overlap = vec![0usize; s_count * s_count];
+    for (&n, &o) in new.iter().zip(old) {
+        overlap[n as usize * s_count + o as usize] += 1;
+    }
+    let mut pairs: Vec<(usize, usize, usize)> =
+        (0..s_count * s_count).map(|i| (overlap[i], i / s_count, i % s_count)).collect();
+    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut map = vec![u16::MAX; s_count];
+    let mut used = vec![false; s_count];
+    for (_, n, o) in pairs {
+        if map[n] == u16::MAX && !used[o] {
+            map[n] = o as u16;
+            used[o] = true;
+        }
+    }
+    new.iter().map(|&n| map[n as usize]).collect()
+}
+
+/// Greedy incremental: every row of a request votes for the current shards of its co-requested rows
+/// (weight `1/(|r|−1)` per neighbour) into a decayed sparse W; touched rows go to argmax W under the cap.
+pub(super) struct GreedyStrategy {
+    pub(super) cfg: StrategyConfig,
+    pub(super) placement: Placement,
+    pub(super) weights: SparseWeights,
+}
+
+impl Strategy for GreedyStrategy {
+    fn name(&self) -> &'static str {
+        "greedy"
+    }
+    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        self.weights.age();
+        let mut count = vec![0u32; self.cfg.shards];
+        let mut touched: Vec<u32> = Vec::new();
+        for i in window {
+            let req = stream.request(i);
+            touched.extend_from_slice(req);
+            if req.len() < 2 {
+                continue;
+            }
+            count.fill(0);
+            for &r in req {
+                count[self.placement.as_slice()[r as usize] as usize] += 1;
+            }
+            let w = 1.0 / (req.len() - 1) as f64;
+            for &r in req {
+                let own = self.placement.as_slice()[r as usize] as usize;
+                for (s, &c) in count.iter().enumerate() {
+                    let c = c - u32::from(s == own);
+                    if c > 0 {
+                        self.weights.add(r, s as u16, w * f64::from(c));
+                    }
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let mut scored = Scored::with_capacity(touched.len(), self.cfg.top_k);
+        let mut sc: Vec<(u16, f64)> = Vec::with_capacity(self.cfg.top_k);
+        for r in touched {
+            sc.clear();
+            sc.extend(self.weights.row(r));
+            scored.push(r, &mut sc);
+        }
+        scored.place(&mut self.placement);
+    }
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+    fn state_bytes(&self) -> usize {
+        self.placement.heap_bytes() + self.weights.heap_bytes()
+    }
+}
