@@ -389,6 +389,26 @@ fn draw(
     Err(Error::Sampling(format!("no draw of {lo}..{hi} tables fit {budget} bytes in {MAX_TRIES} tries")))
 }
 
+/// A task drawn from the pool on `devices`, as `shardplan plan` and the page draw one: `tables` tables
+/// ([`sample_pool_tables`]) when given, else task `index` of the NeuroShard suite of `seed` — its tables
+/// drawn to fit the protocol's 4 GiB devices, then placed on `devices` (a report says whether a plan
+/// still fits them).
+///
+/// # Errors
+/// [`Error::InvalidField`] for an `index` past a suite's size or a `max_dim` the protocol refuses;
+/// [`Error::Sampling`] when no draw fits.
+pub fn sample_task(devices: Devices, max_dim: u32, tables: Option<usize>, seed: u64, index: usize) -> Result<Task> {
+    if let Some(n) = tables {
+        return Task::new(sample_pool_tables(n, max_dim, seed)?, devices);
+    }
+    if index >= MAX_SUITE_TASKS {
+        return Err(Error::field("sampled task", "index", index, format!("0..{MAX_SUITE_TASKS}")));
+    }
+    let mut task = SuiteSpec::neuroshard(devices.count(), max_dim, index + 1, seed).task(index)?.task;
+    task.devices = devices;
+    Ok(task)
+}
+
 /// Most tables [`sample_pool_tables`] draws.
 pub const MAX_SAMPLED_TABLES: usize = 100_000;
 

@@ -1,14 +1,12 @@
 //! The binding's operations on Rust values: request types in, planner-core calls, documents out.
 //! Nothing here touches JavaScript, so it is tested natively; the clock is passed in.
 
-use planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH;
-use planner_core::cost::profiles;
+use planner_core::cost::{ModelChoice, profiles};
 use planner_core::planners::planner;
-use planner_core::task::sample_pool_tables;
 use planner_core::units::GIB;
 use planner_core::{
-    AnalyticalModel, CostDefinition, CostModel, Devices, Error, HardwareProfile, MemoryRule, PLAN_SCHEMA, Plan,
-    PlanContext, PlanDocument, REGISTRY, Result, SuiteSpec, Task, whatif,
+    CostDefinition, CostModel, Devices, Error, HardwareProfile, MemoryRule, PLAN_SCHEMA, Plan, PlanContext,
+    PlanDocument, REGISTRY, Result, Task, whatif,
 };
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +14,7 @@ use serde::{Deserialize, Serialize};
 /// embedded trained profiles.
 #[must_use]
 pub fn cost_model_names() -> Vec<&'static str> {
-    let mut names = vec!["analytical"];
-    names.extend(profiles::names());
-    names
+    planner_core::cost::model_names()
 }
 
 /// Which cost model prices plans; every field has the CLI's default.
@@ -32,8 +28,9 @@ pub struct ModelOptions {
     pub hw: Option<String>,
     /// Cost definition.
     pub definition: CostDefinition,
-    /// Global batch size the costs are for.
-    pub global_batch: u64,
+    /// Global batch size the costs are for (default: the analytical model's 65,536, or the batch a
+    /// profile was measured at; a profile refuses any other).
+    pub global_batch: Option<u64>,
 }
 
 impl Default for ModelOptions {
@@ -42,28 +39,23 @@ impl Default for ModelOptions {
             cost_model: profiles::DEFAULT_PROFILE.into(),
             hw: None,
             definition: CostDefinition::NeuroShard,
-            global_batch: DEFAULT_GLOBAL_BATCH,
+            global_batch: None,
         }
     }
 }
 
 impl ModelOptions {
-    /// Builds the model.
+    /// Builds the model through planner-core's one rule ([`ModelChoice`]). As in the browser a task can
+    /// have any device count, a profile prices comm analytically where it has no comm model for it (the
+    /// model's name says so).
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
-        let analytical = |preset: &str| {
-            AnalyticalModel::new(HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?, self.global_batch)
-        };
-        match self.cost_model.as_str() {
-            "analytical" => Ok(Box::new(analytical("torchrec")?)),
-            name => {
-                let Some(p) = profiles::find(name) else {
-                    return Err(Error::UnknownCostModel { name: name.into(), known: cost_model_names().join(", ") });
-                };
-                // As the CLI: a profile prices comm analytically where it has no comm model for the task's
-                // device count (a single-GPU profile has none); the model's name says so.
-                Ok(Box::new(profiles::load(name)?.with_comm_fallback(analytical(p.comm_fallback_hw)?)))
-            }
+        ModelChoice {
+            hw: self.hw.clone(),
+            global_batch: self.global_batch,
+            comm_fallback: true,
+            ..ModelChoice::new(self.cost_model.as_str())
         }
+        .build()
     }
 }
 
@@ -157,15 +149,7 @@ pub fn sample_task(req: &SampleRequest) -> Result<Task> {
     if req.devices == 0 {
         return Err(Error::field(ctx, "devices", 0, "at least 1"));
     }
-    let devices = Devices::uniform(req.devices, cap)?;
-    if let Some(n) = req.tables {
-        return Task::new(sample_pool_tables(n, max_dim, req.seed)?, devices);
-    }
-    // The protocol draws tables to fit 4 GiB devices; other caps replace the devices afterwards (as the
-    // CLI's `--mem` does), and the report says whether the plan still fits.
-    let mut task = SuiteSpec::neuroshard(req.devices, max_dim, req.index + 1, req.seed).task(req.index)?.task;
-    task.devices = devices;
-    Ok(task)
+    planner_core::task::sample_task(Devices::uniform(req.devices, cap)?, max_dim, req.tables, req.seed, req.index)
 }
 
 /// Parses uploaded tables text as `format` (`csv` or `json`).
@@ -267,6 +251,7 @@ pub fn what_if(doc: PlanDocument, edit: &whatif::Edit, model: &ModelOptions) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use planner_core::SuiteSpec;
 
     fn sample() -> Task {
         sample_task(&SampleRequest {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use planner_core::cost::{AnalyticalModel, CostDefinition, CostModel, HardwareProfile, NeuralModel, profiles};
+use planner_core::cost::{CostDefinition, CostModel, ModelChoice, NeuralModel, model_names, profiles};
 use planner_core::units::parse_bytes;
 use planner_core::{Devices, MemoryRule, SplitRule, TableSpec};
 
@@ -98,62 +98,33 @@ impl MemoryArgs {
     }
 }
 
-/// Names of the cost models this build knows: the analytical model and the embedded profiles.
-pub fn cost_model_names() -> Vec<&'static str> {
-    let mut names = vec!["analytical"];
-    names.extend(profiles::names());
-    names
-}
-
 impl CostArgs {
-    /// Builds the chosen cost model.
+    /// Builds the chosen cost model through planner-core's one rule ([`ModelChoice`]); a profile
+    /// directory is read here and finished under the same rule (its comm priced by the `torchrec`
+    /// preset, or `--hw`, where it has none).
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
-        let name = self.cost_model.as_str();
-        if name == "analytical" {
-            if self.risk != 0.0 {
-                bail!("--risk = {} needs a trained ensemble profile, not the analytical model", self.risk);
-            }
-            let batch = self.batch.unwrap_or(planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH);
-            return Ok(Box::new(self.analytical("torchrec", batch)?));
-        }
-        let (model, preset) = if let Some(p) = profiles::find(name) {
-            (profiles::load(name)?, p.comm_fallback_hw)
-        } else if Path::new(name).join("card.json").is_file() {
-            (load_profile_dir(Path::new(name))?, "torchrec")
-        } else {
-            return Err(planner_core::Error::UnknownCostModel {
-                name: name.into(),
-                known: format!("{}, or a profile directory containing card.json", cost_model_names().join(", ")),
-            }
-            .into());
+        let choice = ModelChoice {
+            hw: self.hw.clone(),
+            hbm_gbps: self.hbm_gbps,
+            comm_gbps: self.comm_gbps,
+            global_batch: self.batch,
+            risk: self.risk,
+            comm_fallback: self.comm_fallback,
+            ..ModelChoice::new(self.cost_model.as_str())
         };
-        if self.risk != 0.0 && model.member_count() < 2 {
-            bail!("--risk = {}: profile `{name}` has one network, no ensemble to take a spread from", self.risk);
+        let flags = "--cost-model and its options (--batch, --risk, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
+        if choice.is_known() {
+            return choice.build().context(flags);
         }
-        let measured_at = model.global_batch().unwrap_or(planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH);
-        if let Some(b) = self.batch.filter(|&b| b != measured_at) {
-            bail!(
-                "--batch = {b}: profile `{name}` was measured at a global batch of {measured_at} and predicts only that \
-                 (use --cost-model analytical to price another batch)"
-            );
+        let dir = Path::new(&self.cost_model);
+        if dir.join("card.json").is_file() {
+            return choice.finish(load_profile_dir(dir)?, "torchrec").context(flags);
         }
-        let model = model.with_risk(self.risk)?;
-        let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
-        Ok(Box::new(if fallback { model.with_comm_fallback(self.analytical(preset, measured_at)?) } else { model }))
-    }
-
-    /// The analytical model with `--hw` (or `preset`) and the overrides.
-    fn analytical(&self, preset: &str, batch: u64) -> Result<AnalyticalModel> {
-        let mut hw = HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?;
-        if let Some(g) = self.hbm_gbps {
-            hw.hbm_bw_bytes_per_s = g * 1e9;
-            hw.name = format!("{}+hbm{g}", hw.name);
+        Err(planner_core::Error::UnknownCostModel {
+            name: self.cost_model.clone(),
+            known: format!("{}, or a profile directory containing card.json", model_names().join(", ")),
         }
-        if let Some(g) = self.comm_gbps {
-            hw.comm_bw_bytes_per_s = g * 1e9;
-            hw.name = format!("{}+comm{g}", hw.name);
-        }
-        Ok(AnalyticalModel::new(hw, batch)?)
+        .into())
     }
 }
 

@@ -7,7 +7,6 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::planners::torchrec::{TorchRecConfig, TorchRecPricing, price_plan};
 use planner_core::planners::{PlanContext, planner};
-use planner_core::task::SuiteSpec;
 use planner_core::units::format_bytes;
 use planner_core::{PlanDocument, PlanReport, SplitRule, Task, evaluate};
 
@@ -74,13 +73,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let task = match (&args.tables, args.sample) {
         (Some(path), None) => Task::new(load_tables(path, args.dim)?, devs)?,
         (Some(_), Some(_)) => bail!("--tables and --sample are exclusive: plan a file, or sample from the pool"),
-        (None, Some(n)) => Task::new(planner_core::task::sample_pool_tables(n, args.max_dim, args.seed)?, devs)?,
-        (None, None) => {
-            let suite = SuiteSpec::neuroshard(args.devices, args.max_dim, 1, args.seed);
-            let mut t = suite.task(0).context("sampling a NeuroShard-protocol task")?.task;
-            t.devices = devs;
-            t
-        }
+        (None, sample) => planner_core::task::sample_task(devs, args.max_dim, sample, args.seed, 0)
+            .context("sampling a task from the pool")?,
     }
     .with_memory(rule)
     .with_splits(args.memory.splits(if args.torchrec_out.is_some() {

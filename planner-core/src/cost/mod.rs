@@ -8,6 +8,7 @@
 
 pub mod analytical;
 pub mod card;
+pub mod choice;
 pub mod incremental;
 pub mod native;
 pub mod neural;
@@ -23,6 +24,7 @@ use crate::task::Task;
 
 pub use analytical::{AnalyticalModel, HardwareProfile};
 pub use card::ModelCard;
+pub use choice::{ModelChoice, model_names};
 pub use incremental::IncrementalCompute;
 pub use neural::{NeuralModel, members_mean_sd};
 

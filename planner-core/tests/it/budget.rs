@@ -17,7 +17,7 @@ fn every_planner_returns_a_valid_plan_when_the_budget_is_spent_at_once() {
         let spec = SuiteSpec { tables: Some(tables), ..SuiteSpec::neuroshard(devices, 128, 1, 11) };
         let task = spec.task(0).unwrap().task;
         for model in [&analytical as &dyn CostModel, learned.as_ref()] {
-            for entry in REGISTRY.iter() {
+            for entry in REGISTRY {
                 let clock = Cell::new(0.0);
                 let tick = || {
                     clock.set(clock.get() + 1000.0);

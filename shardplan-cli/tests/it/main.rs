@@ -279,7 +279,10 @@ fn plans_torchrec_can_build_and_evaluate_prices_any_plan_file() {
     );
     check_fails(bin().arg("evaluate").arg(&dup_path), &["name", "not used by table 0"]);
     // A trained profile predicts the batch it was measured at, and says so instead of ignoring --batch.
-    check_fails(bin().args(["plan", "--batch", "4096", "--out"]).arg(dir.join("x.json")), &["--batch = 4096", "65536"]);
+    check_fails(
+        bin().args(["plan", "--batch", "4096", "--out"]).arg(dir.join("x.json")),
+        &["--batch", "`global_batch` = 4096", "65536"],
+    );
 }
 
 #[test]

@@ -1,0 +1,178 @@
+//! Choosing a cost model by name: the one rule the CLI (`--cost-model` and its flags) and the browser
+//! binding (`ModelOptions`) share. A name is `analytical` (TorchRec's estimator on a hardware preset) or
+//! an embedded profile ([`profiles::EMBEDDED`]); a profile read from elsewhere (the CLI's profile
+//! directories) is finished with [`ModelChoice::finish`] under the same rules.
+
+use super::analytical::DEFAULT_GLOBAL_BATCH;
+use super::{AnalyticalModel, CostModel, HardwareProfile, NeuralModel, profiles};
+use crate::error::{Error, Result};
+
+/// Names this build knows: `analytical`, then the embedded profiles.
+#[must_use]
+pub fn model_names() -> Vec<&'static str> {
+    let mut names = vec!["analytical"];
+    names.extend(profiles::names());
+    names
+}
+
+/// A cost model by name, with the options every front end offers. [`ModelChoice::new`] gives the
+/// defaults: the embedded default profile, its measured batch, no risk, comm fallback only where the
+/// profile has no comm model at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelChoice {
+    /// `analytical` or an embedded profile's name.
+    pub name: String,
+    /// Hardware preset of the analytical model ([`HardwareProfile::BUILTIN`]); default `torchrec`, or
+    /// for a profile's comm the preset its card names.
+    pub hw: Option<String>,
+    /// Overrides the preset's HBM bandwidth, GB/s.
+    pub hbm_gbps: Option<f64>,
+    /// Overrides the preset's all-to-all bandwidth, GB/s.
+    pub comm_gbps: Option<f64>,
+    /// Global batch the costs are for. The analytical model prices any batch; a profile predicts only the
+    /// batch it was measured at, so another one is refused (`None`: that batch).
+    pub global_batch: Option<u64>,
+    /// Ensemble risk (mean + `risk` standard deviations); 0 = the mean. Needs an ensemble profile.
+    pub risk: f64,
+    /// Price comm analytically for device counts the profile has no comm model for.
+    pub comm_fallback: bool,
+}
+
+impl ModelChoice {
+    /// `name` with the default options.
+    #[must_use]
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            hw: None,
+            hbm_gbps: None,
+            comm_gbps: None,
+            global_batch: None,
+            risk: 0.0,
+            comm_fallback: false,
+        }
+    }
+
+    /// Whether [`ModelChoice::build`] knows the name (`analytical` or an embedded profile).
+    #[must_use]
+    pub fn is_known(&self) -> bool {
+        self.name == "analytical" || profiles::find(&self.name).is_some()
+    }
+
+    /// Builds the model.
+    ///
+    /// # Errors
+    /// [`Error::UnknownCostModel`] for a name this build does not know; [`Error::InvalidField`] for options
+    /// the model cannot honour (a risk without an ensemble, a batch a profile was not measured at, a bad
+    /// preset or bandwidth).
+    pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        if self.name == "analytical" {
+            if self.risk != 0.0 {
+                return Err(Error::field(
+                    "cost model `analytical`",
+                    "risk",
+                    self.risk,
+                    "0: the analytical model has no ensemble to take a spread from",
+                ));
+            }
+            return Ok(Box::new(self.analytical("torchrec", self.global_batch.unwrap_or(DEFAULT_GLOBAL_BATCH))?));
+        }
+        let Some(p) = profiles::find(&self.name) else {
+            return Err(Error::UnknownCostModel { name: self.name.clone(), known: model_names().join(", ") });
+        };
+        self.finish(profiles::load(p.name)?, p.comm_fallback_hw)
+    }
+
+    /// Applies the options to a loaded profile; `comm_preset` is the analytical preset that prices its comm
+    /// where it has none (unless [`ModelChoice::hw`] names another).
+    ///
+    /// # Errors
+    /// As [`ModelChoice::build`].
+    pub fn finish(&self, model: NeuralModel, comm_preset: &str) -> Result<Box<dyn CostModel>> {
+        let ctx = || format!("cost model `{}`", self.name);
+        if self.risk != 0.0 && model.member_count() < 2 {
+            return Err(Error::field(ctx(), "risk", self.risk, "0: this profile has one network, no ensemble"));
+        }
+        let measured_at = model.global_batch().unwrap_or(DEFAULT_GLOBAL_BATCH);
+        if let Some(b) = self.global_batch.filter(|&b| b != measured_at) {
+            return Err(Error::field(
+                ctx(),
+                "global_batch",
+                b,
+                format!(
+                    "{measured_at}: the profile was measured at that global batch and predicts only it (the analytical model prices any batch)"
+                ),
+            ));
+        }
+        let model = model.with_risk(self.risk)?;
+        let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
+        Ok(Box::new(if fallback {
+            model.with_comm_fallback(self.analytical(comm_preset, measured_at)?)
+        } else {
+            model
+        }))
+    }
+
+    /// The analytical model on [`ModelChoice::hw`] (or `preset`) with the bandwidth overrides.
+    fn analytical(&self, preset: &str, batch: u64) -> Result<AnalyticalModel> {
+        let mut hw = HardwareProfile::builtin(self.hw.as_deref().unwrap_or(preset))?;
+        for (what, gbps, field) in
+            [("hbm", self.hbm_gbps, &mut hw.hbm_bw_bytes_per_s), ("comm", self.comm_gbps, &mut hw.comm_bw_bytes_per_s)]
+        {
+            if let Some(g) = gbps {
+                if !g.is_finite() || g <= 0.0 || g > 1e6 {
+                    return Err(Error::field(
+                        "cost model",
+                        format!("{what} bandwidth (GB/s)"),
+                        g,
+                        "a number in (0, 1e6]",
+                    ));
+                }
+                *field = g * 1e9;
+            }
+        }
+        if let Some(g) = self.hbm_gbps {
+            hw.name = format!("{}+hbm{g}", hw.name);
+        }
+        if let Some(g) = self.comm_gbps {
+            hw.name = format!("{}+comm{g}", hw.name);
+        }
+        AnalyticalModel::new(hw, batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_profile_and_the_analytical_model_build() {
+        let h100 = ModelChoice::new(profiles::DEFAULT_PROFILE).build().unwrap();
+        // The h100 profile has no comm model: its comm is priced by its card's preset, and the name says so.
+        assert!(h100.name().contains("analytical"), "{}", h100.name());
+        assert_eq!(h100.global_batch(), Some(65_536));
+        let a = ModelChoice { global_batch: Some(1024), hbm_gbps: Some(100.0), ..ModelChoice::new("analytical") };
+        let a = a.build().unwrap();
+        assert_eq!(a.global_batch(), Some(1024));
+        assert!(a.name().contains("+hbm100"), "{}", a.name());
+        assert_eq!(model_names()[0], "analytical");
+    }
+
+    #[test]
+    fn options_a_model_cannot_honour_are_refused_by_name() {
+        let err = |c: ModelChoice| c.build().err().map(|e| e.to_string()).unwrap_or_default();
+        let e = err(ModelChoice { risk: 1.0, ..ModelChoice::new("analytical") });
+        assert!(e.contains("`risk` = 1"), "{e}");
+        let e = err(ModelChoice { global_batch: Some(4096), ..ModelChoice::new("h100") });
+        assert!(e.contains("`global_batch` = 4096") && e.contains("65536"), "{e}");
+        let e = err(ModelChoice { risk: 1.0, ..ModelChoice::new("h100") });
+        assert!(e.contains("one network"), "{e}");
+        let e = err(ModelChoice { comm_gbps: Some(f64::NAN), ..ModelChoice::new("analytical") });
+        assert!(e.contains("comm bandwidth"), "{e}");
+        let e = err(ModelChoice { hw: Some("tpu".into()), ..ModelChoice::new("analytical") });
+        assert!(e.contains("tpu"), "{e}");
+        let e = err(ModelChoice::new("oracle"));
+        assert!(e.contains("oracle") && e.contains("analytical"), "{e}");
+        assert!(!ModelChoice::new("oracle").is_known());
+    }
+}
