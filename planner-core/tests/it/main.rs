@@ -15,6 +15,7 @@ mod budget;
 mod dreamshard;
 mod memory;
 mod neuroshard;
+mod readme;
 mod torchrec_golden;
 mod weights_rule;
 
