@@ -4,7 +4,7 @@
 use planner_core::cost::analytical::DEFAULT_GLOBAL_BATCH;
 use planner_core::cost::profiles;
 use planner_core::planners::planner;
-use planner_core::task::sample_pool_tables;
+use planner_core::task::{MAX_SUITE_TASKS, sample_pool_tables};
 use planner_core::units::GIB;
 use planner_core::{
     AnalyticalModel, CostDefinition, CostModel, Devices, Error, HardwareProfile, MemoryRule, PLAN_SCHEMA, Plan,
@@ -161,6 +161,9 @@ pub fn sample_task(req: &SampleRequest) -> Result<Task> {
     if let Some(n) = req.tables {
         return Task::new(sample_pool_tables(n, max_dim, req.seed)?, devices);
     }
+    if req.index >= MAX_SUITE_TASKS {
+        return Err(Error::field(ctx, "index", req.index, format!("0..{MAX_SUITE_TASKS} (a suite's tasks)")));
+    }
     // The protocol draws tables to fit 4 GiB devices; other caps replace the devices afterwards (as the
     // CLI's `--mem` does), and the report says whether the plan still fits.
     let mut task = SuiteSpec::neuroshard(req.devices, max_dim, req.index + 1, req.seed).task(req.index)?.task;
@@ -289,6 +292,13 @@ mod tests {
         assert_eq!((n.tables.len(), n.devices.count()), (12, 2));
         let e = sample_task(&serde_json::from_str(r#"{"devices": 0}"#).unwrap()).unwrap_err().to_string();
         assert!(e.contains("`devices` = 0"), "{e}");
+        // The suite index is bounded as `shardplan tasks --count` is (it once overflowed `index + 1`).
+        let e = sample_task(&serde_json::from_str(r#"{"devices": 2, "index": 18446744073709551615}"#).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`index` = 18446744073709551615"), "{e}");
+        let last = sample_task(&serde_json::from_str(r#"{"devices": 2, "index": 999999}"#).unwrap()).unwrap();
+        assert_eq!(last.devices.count(), 2);
     }
 
     #[test]
