@@ -274,6 +274,13 @@ mod tests {
         assert_eq!((n.tables.len(), n.devices.count()), (12, 2));
         let e = sample_task(&serde_json::from_str(r#"{"devices": 0}"#).unwrap()).unwrap_err().to_string();
         assert!(e.contains("`devices` = 0"), "{e}");
+        // The suite index is bounded as `shardplan tasks --count` is (it once overflowed `index + 1`).
+        let e = sample_task(&serde_json::from_str(r#"{"devices": 2, "index": 18446744073709551615}"#).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`index` = 18446744073709551615"), "{e}");
+        let last = sample_task(&serde_json::from_str(r#"{"devices": 2, "index": 999999}"#).unwrap()).unwrap();
+        assert_eq!(last.devices.count(), 2);
     }
 
     #[test]
