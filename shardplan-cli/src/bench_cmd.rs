@@ -40,8 +40,9 @@ use planner_core::{Devices, MemoryRule, SplitRule, TableSpec, Task};
 use planner_core::{Error, Plan, PlanDocument, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::common::{CostArgs, MemoryArgs, render_table};
 use crate::tasks_cmd::{Rules, with_rule};
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan bench`.
 #[derive(Args, Debug)]

@@ -10,8 +10,9 @@ use planner_core::planners::{PlanContext, planners};
 use planner_core::{Error, MemoryRule, SplitRule, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::common::{CostArgs, MemoryArgs, render_table};
 use crate::tasks_cmd::{Rules, SuiteArgs, read_suite, with_rule};
+use shardplan_files::write_atomic;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
