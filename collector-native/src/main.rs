@@ -422,20 +422,6 @@ fn time_pieces(
     guard.measure(backend, &format!("sample {g}"), true, |b| b.compute(0, &tables, bags.to_vec(), 0, timing))
 }
 
-/// Writes through a temporary file in the same directory and a rename: a failed write never leaves a
-/// half-written file where an earlier result was.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes)
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display())));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// The base tables to augment: the built-in pool or a user's file, and the pool's provenance label.
 pub fn load_base_tables(path: Option<&Path>) -> Result<(Vec<TableSpec>, String)> {
     match path {
@@ -697,7 +683,7 @@ fn dump_workload(dir: &Path, g: u64, batch: u32, set: &[TableSpec], bags: &[work
     for (k, b) in bags.iter().enumerate() {
         for (ext, data) in [("indices", &b.indices), ("offsets", &b.offsets)] {
             let path = dir.join(format!("sample_{g}_t{k}.{ext}"));
-            std::fs::write(&path, le(data)).with_context(|| format!("--dump: writing {}", path.display()))?;
+            shardplan_files::write_atomic(&path, &le(data)).context("--dump")?;
         }
     }
     let meta = serde_json::json!({
@@ -706,8 +692,7 @@ fn dump_workload(dir: &Path, g: u64, batch: u32, set: &[TableSpec], bags: &[work
         "tables": set.iter().map(|t| serde_json::json!({"name": t.name, "rows": t.rows, "dim": t.dim})).collect::<Vec<_>>(),
     });
     let path = dir.join(format!("sample_{g}.json"));
-    std::fs::write(&path, serde_json::to_vec_pretty(&meta)?)
-        .with_context(|| format!("--dump: writing {}", path.display()))
+    shardplan_files::write_atomic(&path, &serde_json::to_vec_pretty(&meta)?).context("--dump")
 }
 
 fn bench(cli: &Cli, args: &BenchArgs) -> Result<i32> {

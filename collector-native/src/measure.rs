@@ -439,7 +439,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     };
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.out {
-        Some(p) => crate::write_atomic(p, text.as_bytes())?,
+        Some(p) => shardplan_files::write_atomic(p, text.as_bytes())?,
         None => print!("{text}"),
     }
     Ok(())
