@@ -43,6 +43,8 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     if !(args.max_delay_ms.is_finite() && args.max_delay_ms > 1.0 && args.max_delay_ms <= 10_000.0) {
         bail!("--max-delay-ms = {} is invalid: use a number in (1, 10000]", args.max_delay_ms);
     }
+    // Locked first: a second run on this --out fails here, before a backend or guard is set up.
+    let output = collect::lock_output(&c.out)?;
     let mut backend = make_backend(cli, !c.no_flush)?;
     if let Some(max) = backend.max_comm_devices()
         && args.devices > max
@@ -68,7 +70,7 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     let timing = Timing { warmup: c.warmup, reps: c.reps };
     let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
     let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize), args.max_delay_ms));
-    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, sample| {
+    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, sample| {
         let (times, conditions) = guard.measure(backend.as_mut(), &format!("sample {g}"), false, |b| {
             b.comm(&sample, c.batch_size as usize, timing)
         })?;

@@ -48,6 +48,8 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
     let (base, pool_label) = load_base_tables(args.tables.as_deref())?;
     let candidates = workload::augmented_candidates(&base, mem_cap)?;
+    // Locked first: a second run on this --out fails here, before a backend or guard is set up.
+    let output = collect::lock_output(&c.out)?;
     let mut backend = make_backend(cli, !c.no_flush)?;
     let have = backend.memory_bytes(0)?;
     if mem_cap > have {
@@ -75,7 +77,7 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
         let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
         Ok((set, bags))
     };
-    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
+    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
         let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
         let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
         Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))

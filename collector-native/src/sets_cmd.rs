@@ -75,6 +75,8 @@ pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
     if requests.is_empty() {
         bail!("--requests {} holds no set", args.requests.display());
     }
+    // Locked first: a second run on this --out fails here, before a backend or guard is set up.
+    let output = collect::lock_output(&c.out)?;
     let mut backend = make_backend(cli, !c.no_flush)?;
     let name = args.requests.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let common = CollectArgs {
@@ -111,7 +113,7 @@ pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
         let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
         Ok((set, bags))
     };
-    let summary = collect::run(&plan, &tpl, &stop, prepare, |g, (set, bags)| {
+    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
         let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
         let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
         Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
