@@ -149,7 +149,7 @@ pub fn lock_output(path: &Path) -> Result<File> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    Ok(shardplan_files::open_append_locked(path).context("--out")?)
+    shardplan_files::open_append_locked(path).context("--out")
 }
 
 /// Runs the loop, appending to `file` (`plan.out` as [`lock_output`] opened it). `template` is a record

@@ -81,8 +81,11 @@ pub struct Cli {
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// `--backend`.
 pub enum BackendArg {
+    /// The CPU backend (threads as devices).
     Cpu,
+    /// CUDA GPUs with NCCL.
     Cuda,
 }
 
