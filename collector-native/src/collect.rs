@@ -1,6 +1,10 @@
 //! The collection loop: which samples this shard owns, resuming a killed run, appending one flushed
 //! line per sample, the progress bar and stopping on Ctrl-C after the sample in flight.
 //!
+//! A run holds the exclusive advisory lock of its output from before it reads it until it ends, so a
+//! second run on the same `--out` (both with `--resume`, say) fails at once naming the file, instead
+//! of measuring the same samples again and appending them beside the first run's.
+//!
 //! Preparing a sample (drawing its tables and generating 65,536 bags of synthetic lookups per table)
 //! costs far more host time than timing it on a GPU. So the loop prepares a chunk of samples on all
 //! host threads first, then times them one after another: nothing runs on the host while a sample is
@@ -138,18 +142,30 @@ fn append(file: &mut File, record: &CostRecord) -> Result<()> {
     Ok(())
 }
 
-/// Runs the loop. `template` is a record carrying the run's identity (kind, run, hardware, batch,
-/// protocol, dtype) used to check a resumed file; `prepare(g)` builds global sample `g`'s workload
-/// (called in parallel, a chunk ahead) and `measure(g, workload)` times it.
+/// Opens a run's output for appending (creating it and its directory) with its exclusive lock: the
+/// first thing a collection does, so a second run on the same file fails before it sets anything up.
+/// The lock is held until the returned file is dropped (by [`run`], when the run ends).
+pub fn lock_output(path: &Path) -> Result<File> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    shardplan_files::open_append_locked(path).context("--out")
+}
+
+/// Runs the loop, appending to `file` (`plan.out` as [`lock_output`] opened it). `template` is a record
+/// carrying the run's identity (kind, run, hardware, batch, protocol, dtype) used to check a resumed
+/// file; `prepare(g)` builds global sample `g`'s workload (called in parallel, a chunk ahead) and
+/// `measure(g, workload)` times it.
 pub fn run<P: Send>(
     plan: &RunPlan,
+    mut file: File,
     template: &CostRecord,
     stop: &AtomicBool,
     prepare: impl Fn(u64) -> Result<P> + Sync,
     mut measure: impl FnMut(u64, P) -> Result<CostRecord>,
 ) -> Result<Summary> {
     let path: &Path = &plan.out;
-    let exists_nonempty = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
+    let exists_nonempty = file.metadata().with_context(|| format!("reading {}", path.display()))?.len() > 0;
     if exists_nonempty && !plan.resume {
         bail!(
             "--out {} already exists and is not empty; pass --resume to continue it, or choose another --out",
@@ -158,14 +174,6 @@ pub fn run<P: Send>(
     }
     let (done, repaired_bytes) = if plan.resume { load_existing(plan, template)? } else { (BTreeSet::new(), 0) };
     let todo: Vec<u64> = (0..plan.samples).filter(|&g| plan.shard.owns(g) && !done.contains(&g)).collect();
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
     let bar = ProgressBar::new(todo.len() as u64);
     if plan.quiet {
         bar.set_draw_target(ProgressDrawTarget::hidden());

@@ -83,7 +83,8 @@ fn compile_cached(name: &str, src: &str, cc: (i32, i32)) -> Result<Ptx> {
         if let Some(dir) = path.parent()
             && std::fs::create_dir_all(dir).is_ok()
         {
-            let _ = std::fs::write(&path, ptx.to_src());
+            // Atomic: another collector compiling the same kernel never reads half a file.
+            let _ = shardplan_files::write_atomic(&path, ptx.to_src().as_bytes());
         }
     }
     Ok(ptx)

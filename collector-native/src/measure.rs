@@ -200,6 +200,15 @@ fn device_sets(doc: &PlanDocument, plan: &Plan, seed: u64) -> Vec<Vec<WorkPiece>
 /// One plan's all-to-all in one round: backward, forward start delays and forward, per device.
 type Comm = (Vec<f64>, Vec<f64>, Vec<f64>);
 
+/// `shardplan-collect measure-plan`: the backend and contention guard the global options choose, then
+/// [`measure_plan`].
+pub fn run(cli: &crate::Cli, args: &MeasurePlanArgs) -> Result<i32> {
+    let mut backend = crate::common::make_backend(cli, !args.no_flush)?;
+    let mut guard = crate::common::start_guard(cli, backend.as_mut(), args.batch_size)?;
+    measure_plan(backend.as_mut(), &mut guard, args, cli.quiet)?;
+    Ok(0)
+}
+
 pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &MeasurePlanArgs, quiet: bool) -> Result<()> {
     if args.batch_size == 0 || args.reps == 0 || args.rounds == 0 || args.rounds > 1000 {
         anyhow::bail!(
@@ -439,7 +448,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     };
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.out {
-        Some(p) => crate::write_atomic(p, text.as_bytes())?,
+        Some(p) => shardplan_files::write_atomic(p, text.as_bytes())?,
         None => print!("{text}"),
     }
     Ok(())

@@ -8,7 +8,8 @@
 //!
 //! Readers go through [`parse_dataset`], which refuses records of another schema version and, unless
 //! asked to mix, records measured on different hardware than the first one: a cost model trained on
-//! two machines at once predicts neither.
+//! two machines at once predicts neither. A dataset of several files goes through [`DatasetReader`]
+//! (`shardplan-collect check` and the trainer alike), which also refuses a sample measured twice.
 
 use serde::{Deserialize, Serialize};
 
@@ -426,6 +427,11 @@ pub enum HardwarePolicy {
 /// Parses and validates a dataset (JSON Lines). `source` names it in errors; blank lines are skipped.
 /// A truncated last line is refused with a hint to resume (which repairs it) or cut it.
 pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result<Vec<CostRecord>> {
+    Ok(parse_lines(source, text, policy)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// [`parse_dataset`] with every record's 1-based line number.
+fn parse_lines(source: &str, text: &str, policy: HardwarePolicy) -> Result<Vec<(usize, CostRecord)>> {
     let intact = complete_prefix_len(text);
     if !text[intact..].trim().is_empty() {
         let line = text[..intact].lines().count() + 1;
@@ -436,7 +442,7 @@ pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result
                 .into(),
         });
     }
-    let mut records: Vec<CostRecord> = Vec::new();
+    let mut records: Vec<(usize, CostRecord)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -458,7 +464,7 @@ pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result
             .map_err(|e| Error::Parse { context: context.clone(), message: e.to_string() })?;
         record.validate(&context)?;
         if policy == HardwarePolicy::Single
-            && let Some(first) = records.first()
+            && let Some((_, first)) = records.first()
             && first.hardware.fingerprint != record.hardware.fingerprint
         {
             return Err(Error::field(
@@ -471,9 +477,89 @@ pub fn parse_dataset(source: &str, text: &str, policy: HardwarePolicy) -> Result
                 ),
             ));
         }
-        records.push(record);
+        records.push((i + 1, record));
     }
     Ok(records)
+}
+
+/// The identity of a measured sample: two records with one key measured the same sample (a file given
+/// twice, or two runs appending to one output). A record without a sampler name was drawn by `spec`.
+#[must_use]
+pub fn sample_key(r: &CostRecord) -> String {
+    format!(
+        "{} sample {} (seed {}, pool {:?}, sampler {:?}, hardware {:?})",
+        r.kind(),
+        r.sample_index,
+        r.run.seed,
+        r.run.pool,
+        r.run.sampler.as_deref().unwrap_or("spec"),
+        r.hardware.fingerprint
+    )
+}
+
+/// Reads the files of one dataset through one set of checks: each file as [`parse_dataset`] does, the
+/// hardware policy across files too, and every sample ([`sample_key`]) at most once; a repeated one is
+/// refused naming its file and line, its key and where it was first seen.
+#[derive(Debug, Clone)]
+pub struct DatasetReader {
+    policy: HardwarePolicy,
+    records: Vec<CostRecord>,
+    /// Every key seen, with the file and line of its record.
+    seen: std::collections::BTreeMap<String, String>,
+}
+
+impl DatasetReader {
+    /// An empty dataset read under `policy`.
+    #[must_use]
+    pub fn new(policy: HardwarePolicy) -> Self {
+        Self { policy, records: Vec::new(), seen: std::collections::BTreeMap::new() }
+    }
+
+    /// Adds the records of one file's `text`; `source` names the file in errors.
+    pub fn add(&mut self, source: &str, text: &str) -> Result<()> {
+        for (line, record) in parse_lines(source, text, self.policy)? {
+            let context = format!("{source} line {line}");
+            if self.policy == HardwarePolicy::Single
+                && let Some(first) = self.records.first()
+                && first.hardware.fingerprint != record.hardware.fingerprint
+            {
+                return Err(Error::field(
+                    &context,
+                    "hardware.fingerprint",
+                    format!("{:?}", record.hardware.fingerprint),
+                    format!(
+                        "{:?} like the first record: records from different hardware are not mixed unless asked to",
+                        first.hardware.fingerprint
+                    ),
+                ));
+            }
+            let key = sample_key(&record);
+            if let Some(first) = self.seen.get(&key) {
+                return Err(Error::Parse {
+                    context,
+                    message: format!(
+                        "duplicate record: {key} was already read at {first}; a dataset holds every sample once \
+                         (was a file given twice, or written by two runs at once?)"
+                    ),
+                });
+            }
+            self.seen.insert(key, context);
+            self.records.push(record);
+        }
+        Ok(())
+    }
+
+    /// The records read so far, in file and line order.
+    #[must_use]
+    pub fn records(&self) -> &[CostRecord] {
+        &self.records
+    }
+
+    /// The records read, in file and line order.
+    #[must_use]
+    pub fn into_records(self) -> Vec<CostRecord> {
+        self.records
+    }
 }
 
 /// FNV-1a 64-bit hash: a stable fingerprint of bytes (table files, kernel sources), the same on every
@@ -521,6 +607,37 @@ mod tests {
 
     fn lines(records: &[CostRecord]) -> String {
         records.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect()
+    }
+
+    #[test]
+    fn the_reader_refuses_a_sample_read_twice_naming_file_line_and_key() {
+        let mut reader = DatasetReader::new(HardwarePolicy::Single);
+        reader.add("a.jsonl", &lines(&[record(0, "x"), record(1, "x")])).unwrap();
+        // Another sampler draws other sets: the same index is another sample.
+        let mut mixed = record(1, "x");
+        mixed.run.sampler = Some("mixed".into());
+        reader.add("b.jsonl", &lines(&[mixed])).unwrap();
+        assert_eq!(reader.records().len(), 3);
+        // The same file given twice repeats sample 0 on its first line.
+        let e = reader.clone().add("a-again.jsonl", &lines(&[record(0, "x")])).unwrap_err().to_string();
+        assert!(e.starts_with("a-again.jsonl line 1: duplicate record: compute sample 0 (seed 1"), "{e}");
+        assert!(e.contains("already read at a.jsonl line 1"), "{e}");
+        // A repeat within one file (two runs appending to one output) names its own line.
+        let e = DatasetReader::new(HardwarePolicy::Single)
+            .add("c.jsonl", &lines(&[record(0, "x"), record(1, "x"), record(0, "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("c.jsonl line 3: duplicate record: compute sample 0") && e.contains("c.jsonl line 1"),
+            "{e}"
+        );
+        // Hardware is checked across files unless mixing is asked for.
+        let e = reader.clone().add("d.jsonl", &lines(&[record(7, "y")])).unwrap_err().to_string();
+        assert!(e.contains("d.jsonl line 1") && e.contains("hardware.fingerprint"), "{e}");
+        let mut mix = DatasetReader::new(HardwarePolicy::Mix);
+        mix.add("a", &lines(&[record(0, "x")])).unwrap();
+        mix.add("d", &lines(&[record(0, "y")])).unwrap();
+        assert_eq!(mix.into_records().len(), 2);
     }
 
     #[test]

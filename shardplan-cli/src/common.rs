@@ -1,7 +1,7 @@
-//! Shared pieces of the subcommands: loading tables, choosing the cost model, writing files
-//! atomically, rendering tables.
+//! Shared pieces of the subcommands: loading tables, choosing the cost model, rendering tables. Files
+//! are read and written through `shardplan-files`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -161,23 +161,9 @@ pub const DEFAULT_MEM: &str = "4GiB";
 /// Largest tables file read (a file of [`planner_core::task::MAX_TABLES`] tables is a few tens of MB).
 pub const MAX_TABLES_FILE_BYTES: u64 = 256 << 20;
 
-/// Reads a UTF-8 text file of at most `limit` bytes (a larger one, or an endless one such as
-/// `/dev/zero`, is refused after `limit` bytes, naming the limit), without a leading byte-order mark.
-pub fn read_text_capped(path: &Path, what: &str, limit: u64) -> Result<String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).with_context(|| format!("reading {what} {}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(limit + 1).read_to_end(&mut bytes).with_context(|| format!("reading {what} {}", path.display()))?;
-    if bytes.len() as u64 > limit {
-        bail!("{what} {} is larger than {limit} bytes, the most read", path.display());
-    }
-    let text = String::from_utf8(bytes).with_context(|| format!("{what} {} is not UTF-8 text", path.display()))?;
-    Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
-}
-
 /// Loads tables from a `.json` or `.csv` file.
 pub fn load_tables(path: &Path, default_dim: Option<u32>) -> Result<Vec<TableSpec>> {
-    let text = read_text_capped(path, "tables file", MAX_TABLES_FILE_BYTES)?;
+    let text = shardplan_files::read_text_capped(path, MAX_TABLES_FILE_BYTES).context("reading the tables file")?;
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     let tables = match ext.as_str() {
         "csv" => planner_core::input::parse_tables_csv(&text, default_dim),
@@ -185,23 +171,6 @@ pub fn load_tables(path: &Path, default_dim: Option<u32>) -> Result<Vec<TableSpe
         _ => bail!("tables file {}: unknown extension {ext:?}; use .json or .csv", path.display()),
     };
     tables.with_context(|| format!("in tables file {}", path.display()))
-}
-
-/// Writes `contents` to `path` through a temporary file and a rename, so a failure never leaves a
-/// half-written file or destroys the previous one.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().with_context(|| format!("output path {} has no file name", path.display()))?;
-    let mut tmp = PathBuf::from(dir);
-    tmp.push(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let written = std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display())).and_then(|()| {
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-    });
-    if written.is_err() {
-        // Nothing half-written is left behind; the earlier file, if any, is untouched.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 /// A plain text table with a header row, right-aligning numeric-looking cells.

@@ -281,7 +281,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
             peak_rss_bytes: peak,
         };
         let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
-        std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))?;
+        shardplan_files::write_atomic(out, json.as_bytes())?;
     }
     Ok(())
 }

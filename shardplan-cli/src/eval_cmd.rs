@@ -9,9 +9,10 @@ use planner_core::planners::planners;
 use planner_core::{MemoryRule, SplitRule};
 use serde::Serialize;
 
-use crate::common::{CostArgs, MemoryArgs, render_table, write_atomic};
+use crate::common::{CostArgs, MemoryArgs, render_table};
 use crate::run_one::{run_one, summarize};
 use crate::tasks_cmd::{Rules, SuiteArgs, read_suite, with_rule};
+use shardplan_files::write_atomic;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]

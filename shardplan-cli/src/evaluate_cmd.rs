@@ -11,8 +11,9 @@ use planner_core::torchrec_plan::{TORCHREC_PLAN_SCHEMA, TorchRecPlanDocument};
 use planner_core::{PLAN_SCHEMA, Plan, PlanDocument, PlanReport, Task, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table, write_atomic};
+use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table};
 use crate::plan_cmd::{batch_label, device_table, torchrec_line};
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan evaluate`.
 #[derive(Args, Debug)]

@@ -8,7 +8,8 @@ use planner_core::memory::plan_violations;
 use planner_core::torchrec_plan::to_torchrec_plan;
 use planner_core::{Plan, PlanDocument, Task};
 
-use crate::common::{MemoryArgs, write_atomic};
+use crate::common::MemoryArgs;
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan export-torchrec`.
 #[derive(Args, Debug)]

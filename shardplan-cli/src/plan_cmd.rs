@@ -10,7 +10,8 @@ use planner_core::planners::{PlanContext, planner};
 use planner_core::units::format_bytes;
 use planner_core::{PlanDocument, PlanReport, SplitRule, Task, evaluate};
 
-use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table, write_atomic};
+use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table};
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan plan`.
 #[derive(Args, Debug)]

@@ -10,8 +10,8 @@ use planner_core::pool::dlrm_pool;
 use planner_core::table::NUM_BINS;
 use planner_core::task::{PoolHalf, pool_half_ids};
 
-use crate::common::write_atomic;
 use crate::tasks_cmd::HalfArg;
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan pool`.
 #[derive(Args, Debug)]

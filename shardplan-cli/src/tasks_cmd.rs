@@ -8,7 +8,8 @@ use clap::{Args, ValueEnum};
 use planner_core::task::{PoolHalf, Protocol, SuiteSpec, SuiteTask};
 use planner_core::{MemoryRule, SplitRule, Task};
 
-use crate::common::{MemoryArgs, write_atomic};
+use crate::common::MemoryArgs;
+use shardplan_files::write_atomic;
 
 /// Protocols on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -38,9 +38,11 @@ use planner_core::task::{SuiteSpec, Task, task_seed};
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 use serde::{Deserialize, Serialize};
 
+use shardplan_files::write_atomic;
+
 use crate::models::Loss;
 use crate::train::TrainConfig;
-use crate::{ProfileOptions, onnx_files, train_profile, write_atomic};
+use crate::{ProfileOptions, onnx_files, train_profile};
 
 /// What the loop does.
 #[derive(Debug, Clone)]
@@ -248,7 +250,7 @@ fn load_state(opts: &CalibrateOptions) -> Result<State> {
 }
 
 fn save_state(opts: &CalibrateOptions, s: &State) -> Result<()> {
-    write_atomic(&opts.out.join("state.json"), serde_json::to_string_pretty(s)?.as_bytes())
+    Ok(write_atomic(&opts.out.join("state.json"), serde_json::to_string_pretty(s)?.as_bytes())?)
 }
 
 /// Runs the loop (resuming what `--out` already holds).
@@ -293,7 +295,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
         stage(&mut state, &format!("round {round}: held-out"), &mut || {
             let report = holdout(opts, round, &model, &holdout_dir)?;
             print_report(&report);
-            write_atomic(&holdout_dir.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())
+            Ok(write_atomic(&holdout_dir.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())?)
         })?;
         let report: RoundReport = serde_json::from_str(&std::fs::read_to_string(holdout_dir.join("report.json"))?)?;
         reports.push(report);
@@ -306,7 +308,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
             std::fs::create_dir_all(opts.out.join("requests"))?;
             let text: String =
                 sets.iter().map(|s| serde_json::to_string(s).map(|l| l + "\n")).collect::<Result<_, _>>()?;
-            write_atomic(&requests, text.as_bytes())
+            Ok(write_atomic(&requests, text.as_bytes())?)
         })?;
         stage(&mut state, &format!("round {round}: measure"), &mut || {
             if std::fs::read_to_string(&requests)?.trim().is_empty() {
@@ -704,11 +706,9 @@ fn propose(opts: &CalibrateOptions, round: usize, model: &NeuralModel) -> Result
 /// The records of one dataset the loop wrote (one machine).
 fn read_records(path: &Path) -> Result<Vec<planner_core::dataset::CostRecord>> {
     let text = crate::data::read_text(path)?;
-    Ok(planner_core::dataset::parse_dataset(
-        &path.display().to_string(),
-        &text,
-        planner_core::dataset::HardwarePolicy::Single,
-    )?)
+    let mut reader = planner_core::dataset::DatasetReader::new(planner_core::dataset::HardwarePolicy::Single);
+    reader.add(&path.display().to_string(), &text)?;
+    Ok(reader.into_records())
 }
 
 /// Prices every set of a request file with the profile at `dir`: CSV `line,key,pieces,predicted_ms,low_ms,

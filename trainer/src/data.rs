@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use planner_core::TableSpec;
 use planner_core::cost::PieceRef;
 use planner_core::cost::neural::piece_raw;
-use planner_core::dataset::{CostRecord, HardwarePolicy, Measurement, parse_dataset};
+use planner_core::dataset::{DatasetReader, HardwarePolicy, Measurement};
 use planner_core::features::{Normalisation, neuroshard_pool_normalisation, neuroshard_pool_normalisation_logged};
 
 /// The compute features' normalisation: the pool's statistics, with pooling factor and rows logged
@@ -113,12 +113,14 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
         bail!("no dataset given");
     }
     let mut hasher = Sha256::new();
-    let mut records: Vec<CostRecord> = Vec::new();
+    // The checks `shardplan-collect check` makes: one hardware, every sample once.
+    let mut reader = DatasetReader::new(HardwarePolicy::Single);
     for p in paths {
         let text = read_text(p)?;
         hasher.update(text.as_bytes());
-        records.extend(parse_dataset(&p.display().to_string(), &text, HardwarePolicy::Single)?);
+        reader.add(&p.display().to_string(), &text)?;
     }
+    let records = reader.into_records();
     let Some(first) = records.first() else { bail!("datasets {paths:?} hold no records") };
     let hardware = first.hardware.clone();
     let mut batch_size = None;

@@ -116,7 +116,7 @@ impl Judge for CollectorJudge {
         self.count += 1;
         let plan_path = self.dir.join(format!("eval-{:05}.plan.json", self.count));
         let out_path = self.dir.join(format!("eval-{:05}.measured.json", self.count));
-        std::fs::write(&plan_path, serde_json::to_string(&doc)?)?;
+        shardplan_files::write_atomic(&plan_path, serde_json::to_string(&doc)?.as_bytes())?;
         let output = Command::new(&self.bin)
             .args(["--backend", &self.backend, "--quiet", "measure-plan"])
             .arg(&plan_path)
@@ -674,7 +674,10 @@ fn check_export(cost: &CostNet, policy: &PolicyNet, nets: &DreamShardNets, tasks
 /// Writes a trained policy (graphs, `policy.json`, `curve.json`) to `dir` and loads it back.
 pub fn write(dir: &Path, trained: &Trained) -> Result<LoadedPolicy> {
     let loaded = write_policy_dir(dir, &trained.card, &trained.graphs)?;
-    std::fs::write(dir.join("curve.json"), serde_json::to_string_pretty(&trained.curve)? + "\n")?;
+    shardplan_files::write_atomic(
+        &dir.join("curve.json"),
+        (serde_json::to_string_pretty(&trained.curve)? + "\n").as_bytes(),
+    )?;
     Ok(loaded)
 }
 

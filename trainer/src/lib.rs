@@ -37,7 +37,8 @@ use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 use crate::data::{ComputeSample, Loaded, table_identity};
 use crate::models::{CommModel, ComputeModel, Direction, Loss, metrics};
-use crate::train::{TrainConfig, train};
+use crate::train::{Checkpoints, TrainConfig, train};
+use shardplan_files::write_atomic;
 
 /// What to train.
 #[derive(Debug, Clone)]
@@ -67,6 +68,50 @@ pub struct ProfileOptions {
     pub resume: bool,
     /// The command line, recorded in the card.
     pub command: String,
+}
+
+impl ProfileOptions {
+    /// What this run's checkpoints record and a resume must match ([`Checkpoints::run`]): the dataset
+    /// hash and every option that shapes the trained weights. Not the epoch count: a resumed run may
+    /// train for longer, with the same shuffles as an uninterrupted one.
+    fn checkpoint_run(&self, dataset_sha256: &str) -> BTreeMap<String, String> {
+        [
+            ("dataset_sha256", dataset_sha256.to_string()),
+            ("batch", self.train.batch.to_string()),
+            ("lr", self.train.lr.to_string()),
+            ("loss", format!("{:?}", self.loss)),
+            ("log_features", self.log_features.to_string()),
+            ("speed_normalise", self.speed_normalise.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// Refuses to write into `out` when it holds another profile: a `card.json` that is not a profile card,
+/// or one trained on a dataset other than `dataset_sha256`. Retraining on the same data may replace it.
+fn refuse_other_profile(out: &Path, dataset_sha256: &str) -> Result<()> {
+    let path = out.join("card.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let card = ModelCard::from_json(&text).with_context(|| {
+        format!("{} holds a card.json that is not a profile's; choose another --out", out.display())
+    })?;
+    if card.compute.dataset.sha256 != dataset_sha256 {
+        bail!(
+            "{} holds profile `{}`, trained on the dataset with sha256 {}; this run's dataset has sha256 {}. \
+             Choose another --out, or remove that profile first",
+            out.display(),
+            card.name,
+            card.compute.dataset.sha256,
+            dataset_sha256
+        );
+    }
+    Ok(())
 }
 
 /// Summary of a trained profile.
@@ -193,7 +238,10 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             opts.datasets
         );
     }
+    refuse_other_profile(&opts.out, &data.sha256)?;
     let ckpt = opts.out.join("checkpoints");
+    let run = opts.checkpoint_run(&data.sha256);
+    let checkpoints = Checkpoints { dir: &ckpt, resume: opts.resume, run: &run };
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     let mut compute_metrics = BTreeMap::new();
 
@@ -214,7 +262,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
         let model = ComputeModel { net: &net, data: &data.compute, loss: opts.loss };
         let label = if m == 0 { "compute".to_string() } else { format!("compute_m{m}") };
         let cfg = TrainConfig { seed, ..opts.train.clone() };
-        let outcome = train(&model, &label, &train_idx, &va, &cfg, Some(&ckpt), opts.resume)?;
+        let outcome = train(&model, &label, &train_idx, &va, &cfg, Some(checkpoints))?;
         best_epochs.push(outcome.best_epoch);
         nets.push(net);
     }
@@ -335,6 +383,8 @@ fn finish_profile(
     all: &[usize],
 ) -> Result<ProfileOutcome> {
     let ckpt = opts.out.join("checkpoints");
+    let run = opts.checkpoint_run(&data.sha256);
+    let checkpoints = Checkpoints { dir: &ckpt, resume: opts.resume, run: &run };
     let doc = format!("shardplan profile {}; see card.json", opts.name);
     let dataset = DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: data.compute.len() };
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
@@ -362,7 +412,7 @@ fn finish_profile(
         let mut graphs = Vec::new();
         for (dir, tag) in [(Direction::Backward, "bw"), (Direction::Forward, "fw")] {
             let m = CommModel::new(samples, dir, &tr, opts.train.seed.wrapping_add(d as u64))?;
-            train(&m, &format!("comm_d{d}_{tag}"), &tr, &va, &opts.train, Some(&ckpt), opts.resume)?;
+            train(&m, &format!("comm_d{d}_{tag}"), &tr, &va, &opts.train, Some(checkpoints))?;
             for (split, idx) in [("train", &tr), ("val", &va), ("test", &te)] {
                 let (p, t) = m.predict(idx)?;
                 metrics_d.insert(format!("{tag}/{split}"), metrics(&p, &t));
@@ -428,11 +478,4 @@ fn finish_profile(
         bail!("the exported profile disagrees with the trainer by {max_diff} ms (tolerance 1e-3)");
     }
     Ok(ProfileOutcome { card, reload_max_abs_diff_ms: max_diff })
-}
-
-/// Writes through a temporary file and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }

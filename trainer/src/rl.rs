@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use candle_core::{D, Tensor, Var, backprop::GradStore};
 use planner_core::policy::{LoadedPolicy, PolicyCard};
 use rand::{RngExt, rngs::ChaCha8Rng};
+use shardplan_files::write_atomic;
 
 /// Added to the logits of illegal actions (a device the table does not fit on): their probability is
 /// exactly 0 in f32 after the softmax.
@@ -89,10 +90,10 @@ pub use planner_core::planners::argmax_legal;
 pub fn write_policy_dir(dir: &Path, card: &PolicyCard, graphs: &BTreeMap<String, Vec<u8>>) -> Result<LoadedPolicy> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, bytes) in graphs {
-        std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {}", dir.join(name).display()))?;
+        write_atomic(&dir.join(name), bytes)?;
     }
     let json = serde_json::to_string_pretty(card)?;
-    std::fs::write(dir.join("policy.json"), &json)?;
+    write_atomic(&dir.join("policy.json"), json.as_bytes())?;
     read_policy_dir(dir, card.algorithm)
 }
 

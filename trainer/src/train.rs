@@ -1,9 +1,11 @@
 //! The training loop shared by every model: seeded shuffles, mini-batches, Adam, best-validation
 //! weights, a checkpoint after every epoch (weights, best weights, optimizer state, epoch), and a
 //! progress bar with loss and ETA. A resumed run continues from the checkpoint's epoch with the same
-//! shuffles, so it ends with the same weights as an uninterrupted run.
+//! shuffles, so it ends with the same weights as an uninterrupted run. Every checkpoint records what it
+//! was trained from ([`Checkpoints::run`]: the dataset hash and the options that shape training), and a
+//! resume refuses a checkpoint that records anything else.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -54,16 +56,59 @@ fn checkpoint_path(dir: &Path, label: &str) -> PathBuf {
     dir.join(format!("{label}.safetensors"))
 }
 
+/// Where a run keeps its checkpoints, and what a checkpoint must record to be resumed.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoints<'a> {
+    /// Directory of the checkpoints (`<label>.safetensors`).
+    pub dir: &'a Path,
+    /// Continue from a checkpoint found there.
+    pub resume: bool,
+    /// What the run trains from (`dataset_sha256` and the options that shape training), stored in every
+    /// checkpoint's metadata; a resume refuses a checkpoint whose record differs in any entry.
+    pub run: &'a BTreeMap<String, String>,
+}
+
+/// Refuses a checkpoint whose recorded run (`recorded`, its metadata) is not `run`.
+fn check_recorded_run(
+    path: &Path,
+    recorded: Option<&HashMap<String, String>>,
+    run: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (key, want) in run {
+        let Some(got) = recorded.and_then(|m| m.get(key)) else {
+            bail!(
+                "checkpoint {} records no `{key}`: it cannot be checked against this run's ({want}); remove it to start over",
+                path.display()
+            );
+        };
+        if got != want {
+            if key == "dataset_sha256" {
+                bail!(
+                    "checkpoint {} was trained on the dataset with sha256 {got}, but this run's dataset has sha256 {want}; \
+                     resume with the same datasets, or choose another --out",
+                    path.display()
+                );
+            }
+            bail!(
+                "checkpoint {} was written with {key} = {got}, but this run has {key} = {want}; resume with the same options, \
+                 or choose another --out",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Trains `model` on `train` indices, keeping the weights with the lowest MSE on `val`.
-/// With `checkpoint_dir`, state is saved after every epoch; with `resume`, a matching checkpoint is loaded first.
+/// With `checkpoints`, state is saved after every epoch; with `resume`, a checkpoint of the same run is
+/// loaded first (one of another run is refused).
 pub fn train(
     model: &dyn Trainable,
     label: &str,
     train: &[usize],
     val: &[usize],
     cfg: &TrainConfig,
-    checkpoint_dir: Option<&Path>,
-    resume: bool,
+    checkpoints: Option<Checkpoints<'_>>,
 ) -> Result<TrainOutcome> {
     if train.is_empty() || val.is_empty() {
         bail!("{label}: need training and validation samples, got {} and {}", train.len(), val.len());
@@ -72,10 +117,14 @@ pub fn train(
     let mut adam = Adam::new(&vars, cfg.lr)?;
     let mut start_epoch = 0usize;
     let mut best = (f64::INFINITY, 0usize, snapshot(&vars)?);
-    if let (Some(dir), true) = (checkpoint_dir, resume) {
-        let path = checkpoint_path(dir, label);
+    if let Some(ck) = checkpoints.filter(|c| c.resume) {
+        let path = checkpoint_path(ck.dir, label);
         if path.exists() {
-            let t = candle_core::safetensors::load(&path, &Device::Cpu)
+            let bytes = std::fs::read(&path).with_context(|| format!("reading checkpoint {}", path.display()))?;
+            let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
+                .with_context(|| format!("reading checkpoint {}", path.display()))?;
+            check_recorded_run(&path, header.metadata().as_ref(), ck.run)?;
+            let t = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
                 .with_context(|| format!("loading checkpoint {}", path.display()))?;
             restore(&vars, "weights", &t)?;
             let best_w = (0..vars.len())
@@ -118,8 +167,8 @@ pub fn train(
         }
         bar.set_message(format!("train mse {:.4} val mse {val_mse:.4}", epoch_loss / train.len() as f64));
         bar.inc(1);
-        if let Some(dir) = checkpoint_dir {
-            save_checkpoint(dir, label, &vars, &best.2, &adam, epoch + 1, best.0, cfg.seed)?;
+        if let Some(ck) = checkpoints {
+            save_checkpoint(ck, label, &vars, &best.2, &adam, epoch + 1, best.0, cfg.seed)?;
         }
     }
     bar.finish();
@@ -151,7 +200,7 @@ fn restore(vars: &[&Var], prefix: &str, t: &HashMap<String, Tensor>) -> Result<(
 
 #[allow(clippy::too_many_arguments)]
 fn save_checkpoint(
-    dir: &Path,
+    ck: Checkpoints<'_>,
     label: &str,
     vars: &[&Var],
     best: &[Tensor],
@@ -160,7 +209,7 @@ fn save_checkpoint(
     best_val: f64,
     seed: u64,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(ck.dir).with_context(|| format!("creating {}", ck.dir.display()))?;
     let mut t = adam.state("adam")?;
     for (i, v) in vars.iter().enumerate() {
         t.insert(format!("weights.{i}"), v.as_tensor().clone());
@@ -171,9 +220,8 @@ fn save_checkpoint(
     // Seeds are split into 32-bit halves: f64 holds them exactly.
     let meta = [epoch as f64, best_val, (seed >> 32) as f64, (seed & 0xffff_ffff) as f64];
     t.insert("meta".into(), Tensor::new(&meta, &Device::Cpu)?);
-    let path = checkpoint_path(dir, label);
-    let tmp = path.with_extension("safetensors.tmp");
-    candle_core::safetensors::save(&t, &tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    let run: HashMap<String, String> = ck.run.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let bytes = safetensors::serialize(&t, Some(run)).context("serialising a checkpoint")?;
+    shardplan_files::write_atomic(&checkpoint_path(ck.dir, label), &bytes)?;
     Ok(())
 }

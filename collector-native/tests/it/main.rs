@@ -89,6 +89,27 @@ fn compute_collection_writes_valid_self_contained_records() {
     }
 }
 
+/// Two runs on one `--out` (both with `--resume`) used to measure the same samples and append them twice.
+/// While another process holds the output's lock, a run fails at once, naming the file, and leaves it
+/// as it was; once the lock is released the same command resumes.
+#[test]
+fn a_second_run_on_a_locked_output_fails_at_once_and_leaves_it_untouched() {
+    let out = tmp("locked.jsonl");
+    assert!(compute(&out, 3, &[]).status.success());
+    let before = std::fs::read(&out).unwrap();
+    let holder = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
+    holder.try_lock().unwrap();
+    let second = compute(&out, 6, &["--resume"]);
+    let e = stderr(&second);
+    assert_eq!(second.status.code(), Some(1), "{e}");
+    assert!(e.contains(out.to_str().unwrap()) && e.contains("another run holds it"), "{e}");
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+    drop(holder);
+    let resumed = compute(&out, 6, &["--resume"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_eq!(indices(&records(&out)), vec![0, 1, 2, 3, 4, 5]);
+}
+
 #[test]
 fn resume_repairs_a_cut_line_and_neither_duplicates_nor_loses_samples() {
     let out = tmp("resume.jsonl");

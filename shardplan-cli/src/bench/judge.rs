@@ -13,7 +13,7 @@ use planner_core::task::SuiteTask;
 use super::Bench;
 use super::measure::Collector;
 use super::report::MeasuredCell;
-use crate::common::write_atomic;
+use shardplan_files::write_atomic;
 use crate::run_one::Run;
 
 /// The planners whose best measured plan is ours.

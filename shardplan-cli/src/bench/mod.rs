@@ -44,7 +44,8 @@ use planner_core::eval::{PlannerSummary, TaskOutcome};
 use planner_core::planners::{PlannerEntry, planners};
 use planner_core::task::SuiteTask;
 
-use crate::common::{CostArgs, MemoryArgs, write_atomic};
+use crate::common::{CostArgs, MemoryArgs};
+use shardplan_files::write_atomic;
 use crate::run_one::{Run, run_one, summarize};
 use crate::tasks_cmd::Rules;
 use measure::Collector;

@@ -332,3 +332,76 @@ fn an_ensemble_gives_calibrated_intervals() {
         assert!(lo <= d.compute_ms && d.compute_ms <= hi);
     }
 }
+
+/// `shardplan-collect check` refuses a dataset holding a sample twice (two runs appending to one file,
+/// or one file given twice); the trainer reads datasets through the same check.
+#[test]
+fn duplicated_records_are_refused_naming_file_line_and_key() {
+    let dir = scratch("duplicates");
+    let text = fixture(30, 4);
+    let data = dir.join("fixture.jsonl");
+    std::fs::write(&data, &text).unwrap();
+    let dup = dir.join("dup.jsonl");
+    let repeated: String = text.lines().take(2).flat_map(|l| [l, "\n"]).collect();
+    std::fs::write(&dup, format!("{text}{repeated}")).unwrap();
+    let e = format!("{:#}", train_profile(&options(&dir, dup.clone(), 1)).err().unwrap());
+    assert!(e.contains(&format!("{} line 31: duplicate record: compute sample 0 (seed 4", dup.display())), "{e}");
+    assert!(e.contains(&format!("{} line 1", dup.display())), "{e}");
+    let mut twice = options(&dir, data.clone(), 1);
+    twice.datasets.push(data.clone());
+    let e = format!("{:#}", train_profile(&twice).err().unwrap());
+    assert!(e.contains("duplicate record") && e.contains("line 1"), "{e}");
+    assert!(!dir.join("profile").exists(), "nothing is written for a refused dataset");
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+    sha2::Sha256::digest(text.as_bytes()).iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A profile directory is never overwritten by a run on other data, and a resume refuses checkpoints
+/// written from other data or with other options, naming both dataset hashes.
+#[test]
+fn other_data_never_overwrites_a_profile_or_resumes_its_checkpoints() {
+    let dir = scratch("other-data");
+    let (text_a, text_b) = (fixture(60, 5), fixture(60, 6));
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    std::fs::write(&a, &text_a).unwrap();
+    std::fs::write(&b, &text_b).unwrap();
+    let (sha_a, sha_b) = (sha256_hex(&text_a), sha256_hex(&text_b));
+    let trained = train_profile(&options(&dir, a.clone(), 1)).unwrap();
+    assert_eq!(trained.card.compute.dataset.sha256, sha_a);
+    let profile = dir.join("profile");
+    let card = std::fs::read(profile.join("card.json")).unwrap();
+    let checkpoint = std::fs::read(profile.join("checkpoints/compute.safetensors")).unwrap();
+    for resume in [false, true] {
+        let mut other = options(&dir, b.clone(), 1);
+        other.resume = resume;
+        let e = format!("{:#}", train_profile(&other).err().unwrap());
+        assert!(e.contains("holds profile `fixture`") && e.contains(&sha_a) && e.contains(&sha_b), "{e}");
+    }
+    assert_eq!(std::fs::read(profile.join("card.json")).unwrap(), card);
+    assert_eq!(std::fs::read(profile.join("checkpoints/compute.safetensors")).unwrap(), checkpoint);
+    // A run killed before its card was written leaves only checkpoints: resuming them on other data,
+    // or with another learning rate, is refused.
+    std::fs::remove_file(profile.join("card.json")).unwrap();
+    let mut other = options(&dir, b, 1);
+    other.resume = true;
+    let e = format!("{:#}", train_profile(&other).err().unwrap());
+    assert!(e.contains(&format!("trained on the dataset with sha256 {sha_a}")), "{e}");
+    assert!(e.contains(&format!("this run's dataset has sha256 {sha_b}")), "{e}");
+    let mut faster = options(&dir, a.clone(), 2);
+    faster.resume = true;
+    faster.train.lr = 1e-2;
+    let e = format!("{:#}", train_profile(&faster).err().unwrap());
+    assert!(e.contains("lr = 0.003") && e.contains("lr = 0.01"), "{e}");
+    assert_eq!(std::fs::read(profile.join("checkpoints/compute.safetensors")).unwrap(), checkpoint);
+    // The same data and options resume.
+    let mut same = options(&dir, a, 2);
+    same.resume = true;
+    train_profile(&same).unwrap();
+}

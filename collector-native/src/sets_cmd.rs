@@ -1,0 +1,122 @@
+//! `shardplan-collect sets`: the sets a request file asks for (`shardplan.set-request/v1` lines), line
+//! `i` measured as sample `i` of a compute dataset.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use planner_core::dataset::{Measurement, SetRequest, Timings, fnv1a64};
+
+use crate::Cli;
+use crate::backend::{Timing, check_fp32};
+use crate::collect::{self, RunPlan, Shard};
+use crate::common::{
+    CollectArgs, compute_record, install_stop_handler, make_backend, report, start_guard, template, time_pieces,
+};
+use crate::workload::WorkPiece;
+
+#[derive(Args, Debug)]
+/// Arguments of `shardplan-collect sets`.
+pub struct SetsArgs {
+    #[command(flatten)]
+    pub common: SetsCommon,
+    /// Set requests, one `shardplan.set-request/v1` JSON object per line; line `i` becomes sample `i`.
+    #[arg(long)]
+    pub requests: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+/// The collection options of `sets` (no sample count, seed or shard: the request file sets them).
+pub struct SetsCommon {
+    /// Continue an existing --out file (repairs a truncated last line).
+    #[arg(long)]
+    pub resume: bool,
+    /// Bags per table (samples in the batch).
+    #[arg(long, default_value_t = 65_536)]
+    pub batch_size: u32,
+    /// Output JSON Lines file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Untimed runs before the timed ones.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u32,
+    /// Timed runs (the median is recorded with every run).
+    #[arg(long, default_value_t = 10)]
+    pub reps: u32,
+    /// Do not flush caches before timed runs.
+    #[arg(long)]
+    pub no_flush: bool,
+}
+
+/// `shardplan-collect sets`.
+pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
+    let c = &args.common;
+    if c.batch_size == 0 || c.batch_size > 1 << 22 {
+        bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
+    }
+    if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
+        bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
+    }
+    let text = std::fs::read_to_string(&args.requests)
+        .with_context(|| format!("reading --requests {}", args.requests.display()))?;
+    let mut requests: Vec<Vec<WorkPiece>> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let context = format!("{} line {}", args.requests.display(), i + 1);
+        let req: SetRequest = serde_json::from_str(line).with_context(|| context.clone())?;
+        let pieces = req.validate(&context)?;
+        let pieces: Vec<WorkPiece> =
+            pieces.into_iter().map(|(table, rows, lookup_seed)| WorkPiece { table, rows, lookup_seed }).collect();
+        check_fp32(&pieces.iter().map(|p| p.table.clone()).collect::<Vec<_>>()).with_context(|| context.clone())?;
+        requests.push(pieces);
+    }
+    if requests.is_empty() {
+        bail!("--requests {} holds no set", args.requests.display());
+    }
+    // Locked first: a second run on this --out fails here, before a backend or guard is set up.
+    let output = collect::lock_output(&c.out)?;
+    let mut backend = make_backend(cli, !c.no_flush)?;
+    let name = args.requests.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let common = CollectArgs {
+        samples: requests.len() as u64,
+        seed: 0,
+        shard: Shard { index: 0, count: 1 },
+        resume: c.resume,
+        batch_size: c.batch_size,
+        out: c.out.clone(),
+        warmup: c.warmup,
+        reps: c.reps,
+        no_flush: c.no_flush,
+    };
+    let empty = Measurement::Compute {
+        tables: Vec::new(),
+        fwd: Timings::from_reps(vec![]),
+        bwd: Timings::from_reps(vec![]),
+        total: Timings::from_reps(vec![]),
+    };
+    let sampler = format!("requests:{name}#{:016x}", fnv1a64(text.as_bytes()));
+    let tpl = template(backend.as_ref(), &common, "requests".into(), Some(sampler), empty);
+    let plan = RunPlan {
+        out: c.out.clone(),
+        samples: common.samples,
+        shard: common.shard,
+        resume: c.resume,
+        quiet: cli.quiet,
+    };
+    let stop = install_stop_handler()?;
+    let timing = Timing { warmup: c.warmup, reps: c.reps };
+    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
+    let prepare = |g: u64| {
+        let set = requests[g as usize].clone();
+        let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
+        Ok((set, bags))
+    };
+    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
+        let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
+        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
+        Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
+    })?;
+    Ok(report(&summary, &c.out))
+}
