@@ -39,17 +39,17 @@ def cases(d):
     pf308 = write(f"{d}/pf308.csv", "name,rows,dim,pooling_factor\na,10,8,1e308\n")
     pfnan = write(f"{d}/pfnan.csv", "name,rows,dim,pooling_factor\na,10,8,NaN\n")
     dupcol = write(f"{d}/dupcol.csv", "name,rows,rows,dim\na,10,10,8\n")
-    dupname = write(f"{d}/dupname.csv", "name,rows,dim\na,10,8\na,10,8\n")
+    dupname = write(f"{d}/dupname.csv", "name,rows,dim,pooling_factor\na,10,8,1\na,10,8,1\n")
     empty = write(f"{d}/empty.csv", "")
-    header_only = write(f"{d}/header.csv", "name,rows,dim\n")
-    rows0 = write(f"{d}/rows0.csv", "name,rows,dim\na,0,8\n")
-    rowsneg = write(f"{d}/rowsneg.csv", "name,rows,dim\na,-1,8\n")
-    dim5 = write(f"{d}/dim5.csv", "name,rows,dim\na,10,5\n")
-    dim0 = write(f"{d}/dim0.csv", "name,rows,dim\na,10,0\n")
-    rows_over = write(f"{d}/rowsover.csv", f"name,rows,dim\na,{2**64},8\n")
-    esc = write(f"{d}/esc.csv", "name,rows,dim\n\x1b[31mred,10,8\n")
-    nonutf8 = write(f"{d}/nonutf8.csv", b"name,rows,dim\n\xff\xfe,10,8\n", "wb")
-    bom_json = write(f"{d}/bom.json", "\ufeff" + json.dumps([{"name": "a", "rows": 1000, "dim": 16}]))
+    header_only = write(f"{d}/header.csv", "name,rows,dim,pooling_factor\n")
+    rows0 = write(f"{d}/rows0.csv", "name,rows,dim,pooling_factor\na,0,8,1\n")
+    rowsneg = write(f"{d}/rowsneg.csv", "name,rows,dim,pooling_factor\na,-1,8,1\n")
+    dim5 = write(f"{d}/dim5.csv", "name,rows,dim,pooling_factor\na,10,5,1\n")
+    dim0 = write(f"{d}/dim0.csv", "name,rows,dim,pooling_factor\na,10,0,1\n")
+    rows_over = write(f"{d}/rowsover.csv", f"name,rows,dim,pooling_factor\na,{2**64},8,1\n")
+    esc = write(f"{d}/esc.csv", "name,rows,dim,pooling_factor\n\x1b[31mred,10,8,1\n")
+    nonutf8 = write(f"{d}/nonutf8.csv", b"name,rows,dim,pooling_factor\n\xff\xfe,10,8,1\n", "wb")
+    bom_json = write(f"{d}/bom.json", "\ufeff" + json.dumps([{"name": "a", "rows": 1000, "dim": 16, "pooling_factor": 2.0}]))
     nested = write(f"{d}/nested.json", "[" * 100000 + "]" * 100000)
     trunc = write(f"{d}/trunc.json", '[{"name": "a", "rows": 10')
     ok_csv = write(f"{d}/ok.csv", "name,rows,dim,pooling_factor\na,100000,64,2\nb,200000,32,1\nc,5000,16,4\n")
@@ -65,7 +65,7 @@ def cases(d):
     add(("--mem 99999999999TiB", ["plan", "--sample", "10", "--devices", "2", "--mem", "99999999999TiB"], "refuse", ["--mem", "99999999999TiB"], 10, None))
     add(("--mem 0", ["plan", "--sample", "10", "--devices", "2", "--mem", "0"], "refuse", ["--mem"], 10, None))
     add(("--mem abc", ["plan", "--sample", "10", "--devices", "2", "--mem", "abc"], "refuse", ["--mem", "abc"], 10, None))
-    add(("--mem -1GiB", ["plan", "--sample", "10", "--devices", "2", "--mem", "-1GiB"], "refuse", ["--mem"], 10, None))
+    add(("--mem -1GiB", ["plan", "--sample", "10", "--devices", "2", "--mem", "-1GiB"], "refuse", ["unexpected argument"], 10, None))
     for name, path, needles in [
         ("pooling factor 1e20", pf20, ["pooling_factor"]), ("pooling factor 1e308", pf308, ["pooling_factor"]),
         ("pooling factor NaN", pfnan, ["pooling_factor"]), ("duplicated CSV column", dupcol, ["rows"]),
@@ -81,16 +81,17 @@ def cases(d):
          "answer", [], 30, lambda out: os.path.exists(f"{d}/bom-plan.json")))
     add(("--dim beside a dim column", ["plan", "--tables", ok_csv, "--dim", "8", "--devices", "2"], "refuse", ["--dim"], 30, None))
     add(("--batch 1024 with the h100 profile", ["plan", "--sample", "10", "--devices", "2", "--batch", "1024"], "refuse", ["1024"], 30, None))
-    add(("--budget-ms -1", ["plan", "--sample", "10", "--devices", "2", "--budget-ms", "-1"], "refuse", ["budget"], 10, None))
+    add(("--budget-ms -1", ["plan", "--sample", "10", "--devices", "2", "--budget-ms", "-1"], "refuse", ["unexpected argument"], 10, None))
     add(("--budget-ms NaN", ["plan", "--sample", "10", "--devices", "2", "--budget-ms", "NaN"], "refuse", ["budget"], 10, None))
     add(("--max-dim 3", ["plan", "--devices", "2", "--max-dim", "3"], "refuse", ["max_dim"], 10, None))
     add(("--sample 0", ["plan", "--sample", "0", "--devices", "2"], "refuse", [], 10, None))
     add(("--sample 1000000000", ["plan", "--sample", "1000000000", "--devices", "2"], "refuse", ["1000000000"], 10, None))
     for algo in ["neuroshard", "neuroshard+refine", "size-lookup+refine", "torchrec", "dreamshard", "autoshard"]:
-        # A budget is a promise: 1 s asked, 2 s allowed (pricing every piece up front and the report).
+        # A budget is a promise: 1 s asked, 2 s allowed for the whole process (starting, drawing 5,000 tables,
+        # the report and the file).
         add((f"--budget-ms 1000 on 5,000 tables / 64 devices ({algo})",
              ["plan", "--sample", "5000", "--max-dim", "128", "--devices", "64", "--mem", "128GiB", "--seed", "3",
-              "--algo", algo, "--budget-ms", "1000", "--out", f"{d}/o.json"], "answer", [], 2.0 + 1.0, None))
+              "--algo", algo, "--budget-ms", "1000", "--out", f"{d}/o.json"], "answer", [], 2.0, None))
     add(("tasks --table-range 1..100000000", ["tasks", "--table-range", "1..100000000", "--out", f"{d}/t.jsonl"], "refuse", ["tables"], 10, None))
     add(("tasks --count 0", ["tasks", "--count", "0", "--out", f"{d}/t.jsonl"], "refuse", ["count"], 10, None))
     add(("dynamic 10^8 x 10^8 synthetic items", ["dynamic", "--synthetic", "--communities", "100000000",

@@ -118,7 +118,7 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
             None => OptimizerState::None,
         };
         out.push(TableSpec::new(
-            &format!("{context} (`{name}`)"),
+            &format!("{context} (`{}`)", crate::table::shown_name(&name)),
             name,
             rows,
             dim,
@@ -163,7 +163,7 @@ pub struct TorchRecTableInput {
 impl TorchRecTableInput {
     /// Validates the record; `index` is its position in the input.
     pub fn validate(self, index: usize) -> Result<TableSpec> {
-        let context = format!("TorchRec table {index} (`{}`)", self.name);
+        let context = format!("TorchRec table {index} (`{}`)", crate::table::shown_name(&self.name));
         if self.feature_names.is_empty() || self.feature_names.iter().any(|f| f.trim().is_empty()) {
             return Err(Error::field(
                 &context,
@@ -274,6 +274,17 @@ pub fn check_unique_names(tables: &[TableSpec]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_with_control_characters_is_shown_escaped_in_every_refusal() {
+        for e in [
+            err(parse_tables_csv("name,rows,dim,pooling_factor\n\u{1b}[31mred,10,8,1\n", None)),
+            err(parse_tables_json(r#"[{"name": "\u001b[31mred", "rows": 10, "dim": 8, "pooling_factor": 1}]"#)),
+            err(parse_tables_csv("name,rows,dim,pooling_factor\n\u{1b}[31mred,0,8,1\n", None)),
+        ] {
+            assert!(!e.contains('\u{1b}') && e.contains("\\u{1b}[31mred"), "{e}");
+        }
+    }
 
     fn err(r: Result<Vec<TableSpec>>) -> String {
         r.unwrap_err().to_string()

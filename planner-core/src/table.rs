@@ -215,11 +215,18 @@ pub struct TableInput {
     pub optimizer: OptimizerState,
 }
 
+/// A table name as error messages show it: as written, or escaped (`\u{1b}`) when it holds control
+/// characters, so a name cannot drive the terminal that prints the refusal.
+#[must_use]
+pub fn shown_name(name: &str) -> String {
+    if name.chars().any(char::is_control) { name.escape_debug().to_string() } else { name.to_string() }
+}
+
 impl TableInput {
     /// Validates the record; `index` is its position in the input, used for the default name and errors.
     pub fn validate(self, index: usize) -> Result<TableSpec> {
         let name = self.name.unwrap_or_else(|| format!("t{index}"));
-        let context = format!("table {index} (`{name}`)");
+        let context = format!("table {index} (`{}`)", shown_name(&name));
         let bins = bins_from_slice(&context, self.bins.as_deref(), self.pooling_factor)?;
         TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)
     }

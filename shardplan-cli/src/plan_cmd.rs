@@ -57,8 +57,10 @@ pub struct PlanArgs {
     pub verbose: bool,
     #[command(flatten)]
     pub memory: MemoryArgs,
-    /// Stop searching planners (neuroshard, the +refine variants) after this many milliseconds and keep
-    /// their best plan so far; the unsplit placement search always completes.
+    /// Return within about this many milliseconds with the best plan found so far. NeuroShard finishes
+    /// a first placement in a hurry when it runs out; dreamshard/autoshard place the tables left by
+    /// load; refinement stops; torchrec stops proposing once a proposal fits. The overshoot is the
+    /// up-front pricing of every piece and a final report (docs/NEUROSHARD.md, "Budget and progress").
     #[arg(long)]
     pub budget_ms: Option<f64>,
     #[command(flatten)]
@@ -101,6 +103,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 "Search: {plan_time_ms:.1} ms; TorchRec's planner partitioned {} proposals, {} fit",
                 stats.proposals, stats.proposals_fit
             );
+            if stats.stopped_early {
+                println!("stopped early by --budget-ms: the best proposal so far");
+            }
         } else {
             println!(
                 "Search: {:.1} ms, {} grid searches, {} beam rounds, set-cache hit rate {:.1}%{}",
