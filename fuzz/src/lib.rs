@@ -244,7 +244,6 @@ pub fn whatif_edits(data: &[u8]) {
     }
 }
 
-
 /// What `shardplan dynamic` does with a stream: a replay through ALIS's strategy on four shards, windows of
 /// a quarter of the requests.
 fn replay_stream(stream: &alis::Stream) {

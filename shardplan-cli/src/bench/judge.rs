@@ -13,8 +13,8 @@ use planner_core::task::SuiteTask;
 use super::Bench;
 use super::measure::Collector;
 use super::report::MeasuredCell;
-use shardplan_files::write_atomic;
 use crate::run_one::Run;
+use shardplan_files::write_atomic;
 
 /// The planners whose best measured plan is ours.
 const OURS: [&str; 2] = ["neuroshard", "neuroshard+refine"];

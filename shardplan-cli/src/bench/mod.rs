@@ -45,11 +45,11 @@ use planner_core::planners::{PlannerEntry, planners};
 use planner_core::task::SuiteTask;
 
 use crate::common::{CostArgs, MemoryArgs};
-use shardplan_files::write_atomic;
 use crate::run_one::{Run, run_one, summarize};
 use crate::tasks_cmd::Rules;
 use measure::Collector;
 use report::{BENCH_SCHEMA, BenchResult, markdown};
+use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan bench`.
 #[derive(Args, Debug)]
