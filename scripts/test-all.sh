@@ -10,9 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 step() { printf '\n== %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+source scripts/cargo-step.sh
 
 step "Rust tests"
-cargo test --workspace
+cargo_step cargo test --workspace
 
 step "wasm-bindgen-cli"
 want=$(sed -n 's/^wasm-bindgen = "=\(.*\)".*/\1/p' Cargo.toml)
@@ -25,7 +26,7 @@ fi
 wasm-bindgen --version
 
 step "planner-wasm tests under Node (wasm-bindgen-test)"
-CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+cargo_step env CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   cargo test --target wasm32-unknown-unknown -p planner-wasm
 
 step "web demo: build the wasm bundle"

@@ -10,7 +10,8 @@ if [ "$have" != "$want" ]; then
   exit 1
 fi
 # simd128: tract's kernels run about twice as fast with it; every current browser and Node >= 16 has it.
-CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS='-C target-feature=+simd128' \
+source scripts/cargo-step.sh
+cargo_step env CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS='-C target-feature=+simd128' \
   cargo build --profile wasm-release --target wasm32-unknown-unknown -p planner-wasm
 rm -rf web-demo/pkg
 wasm-bindgen --target web --remove-name-section --out-dir web-demo/pkg \
