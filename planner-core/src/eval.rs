@@ -130,6 +130,29 @@ pub struct JudgedTask {
     pub speed_factor: Option<f64>,
 }
 
+impl JudgedTask {
+    /// A measured-plans document as a judged task labelled `task`, its speed factor for `model`.
+    #[must_use]
+    pub fn from_measured(
+        task: String,
+        measured: crate::document::MeasuredPlans,
+        model: &dyn crate::cost::CostModel,
+    ) -> Self {
+        let speed_factor = measured.speed_factor(model);
+        let plans = measured
+            .plans
+            .into_iter()
+            .map(|p| JudgedPlan {
+                planner: p.planner,
+                predicted: p.predicted,
+                measured: p.measured,
+                round_costs_ms: p.round_costs_ms,
+            })
+            .collect();
+        Self { task, plans, speed_factor }
+    }
+}
+
 /// How close predictions are to measurements over a set of plans.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Accuracy {

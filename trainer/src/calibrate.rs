@@ -30,7 +30,7 @@ use anyhow::{Context, Result, bail};
 use planner_core::cost::{CostDefinition, CostModel, NeuralModel, PieceRef, evaluate, members_mean_sd};
 use planner_core::dataset::{Measurement, PieceRequest, SET_REQUEST_SCHEMA, SetRequest, TableRecord};
 use planner_core::document::{MeasuredPlans, PlanDocument};
-use planner_core::eval::{JudgeSummary, JudgedPlan, JudgedTask, judge_summary};
+use planner_core::eval::{JudgeSummary, JudgedTask, judge_summary};
 use planner_core::plan::{Piece, Plan, RowRange};
 use planner_core::planners::PlanContext;
 use planner_core::table::TableInput;
@@ -443,20 +443,7 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
                 run(c, &format!("round {round}: held-out {label} task {k}"))?;
             }
             let measured = MeasuredPlans::from_json(&std::fs::read_to_string(&out)?)?;
-            judged.push(JudgedTask {
-                task: format!("{label}/{k}"),
-                speed_factor: measured.speed_factor(model),
-                plans: measured
-                    .plans
-                    .into_iter()
-                    .map(|p| JudgedPlan {
-                        planner: p.planner,
-                        predicted: p.predicted,
-                        measured: p.measured,
-                        round_costs_ms: p.round_costs_ms,
-                    })
-                    .collect(),
-            });
+            judged.push(JudgedTask::from_measured(format!("{label}/{k}"), measured, model));
         }
         cells.insert(label, judge_summary(&judged, &opts.planners));
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use planner_core::PlanDocument;
-use planner_core::eval::{JudgedPlan, JudgedTask, judge_summary, paired};
+use planner_core::eval::{JudgedTask, judge_summary, paired};
 use planner_core::task::SuiteTask;
 
 use super::Bench;
@@ -71,20 +71,7 @@ pub fn measure_cell(
             }
             hardware = Some(here.clone());
         }
-        tasks.push(JudgedTask {
-            task: format!("task {}", st.index),
-            speed_factor: m.speed_factor(model),
-            plans: m
-                .plans
-                .into_iter()
-                .map(|p| JudgedPlan {
-                    planner: p.planner,
-                    predicted: p.predicted,
-                    measured: p.measured,
-                    round_costs_ms: p.round_costs_ms,
-                })
-                .collect(),
-        });
+        tasks.push(JudgedTask::from_measured(format!("task {}", st.index), m, model));
     }
     let summary = judge_summary(&tasks, &names);
     let ours: Vec<String> = OURS.iter().filter(|o| names.iter().any(|n| n == *o)).map(|o| (*o).to_string()).collect();
