@@ -388,12 +388,10 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             let comm_med = |k: usize| median(&comm[p].iter().map(|c| [&c.0, &c.1, &c.2][k][d]).collect::<Vec<_>>());
             let (compute_ms, bw, delay, fw) = (med(&|t| t.total_ms), comm_med(0), comm_med(1), comm_med(2));
             // Memory is what the plan's report says under the task's rule (plan_usage for an old report).
-            let mem = usage.get(d).map(|u| u.1).unwrap_or_default();
+            let (dm, mem) = usage.get(d).copied().unwrap_or_default();
             let bytes = mem.placed_bytes()?;
             let cap = doc.task.devices.mem_cap_bytes()[d];
-            if bytes > mem.usable_bytes {
-                violations.push(format!("device {d}: {bytes} bytes placed, {} usable", mem.usable_bytes));
-            }
+            violations.extend(planner_core::memory::violation(d, &dm, bytes, doc.task.memory.name()));
             devices.push(DeviceReport {
                 device: d,
                 pieces: labels.get(d).cloned().unwrap_or_default(),

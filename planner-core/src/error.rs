@@ -1,5 +1,7 @@
 //! The one error type of planner-core.
 
+use crate::units::format_bytes_exact;
+
 /// Everything planner-core can refuse, each variant naming what the caller can act on.
 ///
 /// Messages name the field, the offending value and what is allowed, so a CLI or a browser can show
@@ -29,7 +31,9 @@ pub enum Error {
     },
     /// A piece of a table fits on no device, so no valid plan exists for this planner.
     #[error(
-        "table `{table}` (piece of {need_bytes} bytes) fits on no device: the largest free memory is {best_free_bytes} bytes"
+        "table `{table}` (a piece of {}) fits on no device: the most free memory left on one is {}",
+        format_bytes_exact(*.need_bytes),
+        format_bytes_exact(*.best_free_bytes)
     )]
     NoFit {
         /// The table's name.
@@ -88,7 +92,9 @@ pub enum Error {
     },
     /// A memory rule reserves more of a device than its cap, before any table is placed.
     #[error(
-        "device {device}: the `{rule}` memory rule reserves {reserved_bytes} bytes ({why}), more than its cap of {cap_bytes} bytes"
+        "device {device}: the `{rule}` memory rule reserves {} ({why}), more than its cap of {}",
+        format_bytes_exact(*.reserved_bytes),
+        format_bytes_exact(*.cap_bytes)
     )]
     ReservationExceedsCap {
         /// The device.
@@ -110,9 +116,33 @@ pub enum Error {
         /// The count, as exact as it could be computed.
         value_bytes: String,
     },
+    /// The task's tables cannot fit on its devices under any plan: their weights and optimizer state
+    /// alone exceed the devices' usable memory together ([`crate::memory::check_capacity`]).
+    #[error(
+        "{} at least {need} of weights and optimizer state, but {} {usable} usable in total{hint}",
+        counted(*.tables, "table needs", "tables need"),
+        counted(*.devices, "device has", "devices have")
+    )]
+    TaskTooLarge {
+        /// How many tables.
+        tables: usize,
+        /// Their weights and optimizer state, formatted.
+        need: String,
+        /// How many devices.
+        devices: usize,
+        /// Their usable memory together (and the reservation, when the rule makes one), formatted.
+        usable: String,
+        /// What would be enough, starting with "; ", or empty.
+        hint: String,
+    },
     /// A task sampler could not produce a task under its constraints.
     #[error("task sampling failed: {0}")]
     Sampling(String),
+}
+
+/// "the 1 table needs" / "the 856 tables need".
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("the {n} {}", if n == 1 { one } else { many })
 }
 
 impl Error {

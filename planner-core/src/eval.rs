@@ -79,6 +79,35 @@ pub fn summarize(runs: &[(String, Vec<TaskOutcome>)], is_baseline: impl Fn(&str)
     rows
 }
 
+/// Why rows of [`summarize`] have no `improvement_pct`, one line each, for printing under the table:
+/// either no baseline found a valid plan for every task (there is nothing to compare against), or the
+/// planner itself did not (its mean over all tasks is undefined). Empty when every row has a figure.
+#[must_use]
+pub fn missing_improvement_reasons(rows: &[PlannerSummary], is_baseline: impl Fn(&str) -> bool) -> Vec<String> {
+    let baselines: Vec<&PlannerSummary> = rows.iter().filter(|r| is_baseline(&r.planner)).collect();
+    if baselines.is_empty() || rows.iter().all(|r| r.improvement_pct.is_some()) {
+        return Vec::new();
+    }
+    if baselines.iter().all(|r| r.mean_cost_ms.is_none()) {
+        let counts: Vec<String> = baselines.iter().map(|r| format!("{} {}/{}", r.planner, r.valid, r.tasks)).collect();
+        return vec![format!(
+            "\"vs best baseline\" is \"-\" for every planner: no seed baseline found a plan within memory for every task (valid: {}), so there is no baseline mean to compare with",
+            counts.join(", ")
+        )];
+    }
+    rows.iter()
+        .filter(|r| r.improvement_pct.is_none())
+        .map(|r| {
+            format!(
+                "{}: \"vs best baseline\" is \"-\" because it found no plan within memory for {} of the {} tasks (its mean over all tasks is undefined)",
+                r.planner,
+                r.tasks - r.valid,
+                r.tasks
+            )
+        })
+        .collect()
+}
+
 /// Kendall's tau-b between two rankings of the same items (ties in either count against neither
 /// side); `None` for fewer than two items or when either side is all ties. Used to ask whether a cost
 /// model orders plans the way measurements do.
@@ -403,5 +432,17 @@ mod tests {
         assert_eq!(rows[1].valid, 1);
         assert!((rows[2].improvement_pct.unwrap() - 10.0).abs() < 1e-12);
         assert_eq!(rows[0].improvement_pct, Some(0.0));
+        let why = missing_improvement_reasons(&rows, |n| n != "new");
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].starts_with("b: ") && why[0].contains("1 of the 2 tasks"), "{why:?}");
+        // Every baseline failed a task: one line saying there is nothing to compare with.
+        let rows = summarize(&runs, |n| n == "b");
+        let why = missing_improvement_reasons(&rows, |n| n == "b");
+        assert!(rows.iter().all(|r| r.improvement_pct.is_none()));
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("no seed baseline") && why[0].contains("b 1/2"), "{why:?}");
+        // Nothing missing: nothing to say.
+        let rows = summarize(&runs[..1], |_| true);
+        assert!(missing_improvement_reasons(&rows, |_| true).is_empty());
     }
 }

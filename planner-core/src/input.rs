@@ -18,6 +18,13 @@ pub fn parse_tables_csv(text: &str, default_dim: Option<u32>) -> Result<Vec<Tabl
         .headers()
         .map_err(|e| Error::Parse { context: "tables CSV header".into(), message: e.to_string() })?
         .clone();
+    if headers.iter().all(str::is_empty) {
+        return Err(Error::Parse {
+            context: "tables CSV".into(),
+            message: "the file is empty: expected a header line such as `name,rows,dim,pooling_factor`, then one line per table"
+                .into(),
+        });
+    }
     let col = |name: &str| headers.iter().position(|h| h == name);
     for (i, h) in headers.iter().enumerate() {
         if headers.iter().take(i).any(|x| x == h) {

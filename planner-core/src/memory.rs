@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::table::{OptimizerState, TableSpec};
 use crate::task::{Devices, Task};
+use crate::units::{format_bytes, format_bytes_exact};
 
 /// TorchRec's `heuristical_storage_reservation_percentage` default.
 pub const DEFAULT_RESERVED_FRACTION: f64 = 0.15;
@@ -435,7 +436,7 @@ impl PieceMemory {
 }
 
 /// One device under a rule: its cap, what the rule reserves on it and what is left for pieces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DeviceMemory {
     /// The cap.
     pub cap_bytes: u64,
@@ -548,21 +549,78 @@ pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceM
 /// for reports, planners and the export alike.
 #[must_use]
 pub fn violation(device: usize, dm: &DeviceMemory, placed_bytes: u64, rule: &str) -> Option<String> {
-    let cap = dm.cap_bytes;
+    let cap = format_bytes(dm.cap_bytes);
     if !dm.reservation_fits() {
         Some(format!(
-            "device {device}: the {rule} memory rule reserves {} bytes, more than its cap {cap}",
-            dm.reserved_bytes
+            "device {device}: the {rule} memory rule reserves {}, more than its cap of {cap}",
+            format_bytes_exact(dm.reserved_bytes)
         ))
     } else if placed_bytes > dm.usable_bytes && dm.reserved_bytes == 0 {
-        Some(format!("device {device}: {placed_bytes} bytes placed, cap {cap}"))
+        Some(format!(
+            "device {device}: {} placed, {} over its cap of {cap}",
+            format_bytes_exact(placed_bytes),
+            format_bytes(placed_bytes - dm.usable_bytes)
+        ))
     } else if placed_bytes > dm.usable_bytes {
         Some(format!(
-            "device {device}: {placed_bytes} bytes placed, {} usable of cap {cap} ({} reserved by the {rule} memory rule)",
-            dm.usable_bytes, dm.reserved_bytes
+            "device {device}: {} placed, {} over its {} usable ({cap} cap less {} reserved by the {rule} memory rule)",
+            format_bytes_exact(placed_bytes),
+            format_bytes(placed_bytes - dm.usable_bytes),
+            format_bytes(dm.usable_bytes),
+            format_bytes(dm.reserved_bytes)
         ))
     } else {
         None
+    }
+}
+
+/// Whether the task could fit at all: [`Error::TaskTooLarge`] when its tables' weights and optimizer
+/// state alone exceed the usable memory of all its devices together. Those two terms never shrink when a
+/// table is split (each piece keeps its share of the weights and its own optimizer state), so no plan
+/// of any planner fits such a task; a command says this before naming any one table.
+pub fn check_capacity(task: &Task) -> Result<()> {
+    let mut need: u128 = 0;
+    for t in &task.tables {
+        let p = MemoryRule::Weights.piece(t, t.rows, t.dim, task.devices.count())?;
+        need += u128::from(p.weights_bytes) + u128::from(p.optimizer_bytes);
+    }
+    let memory = task.memory.devices(&task.tables, &task.devices)?;
+    let usable: u128 = memory.iter().map(|d| u128::from(d.usable_bytes)).sum();
+    if need <= usable {
+        return Ok(());
+    }
+    let narrow = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    let reserved: u128 = memory.iter().map(|d| u128::from(d.reserved_bytes)).sum();
+    Err(Error::TaskTooLarge {
+        tables: task.tables.len(),
+        need: format_bytes_exact(narrow(need)),
+        devices: memory.len(),
+        usable: if reserved == 0 {
+            format_bytes(narrow(usable))
+        } else {
+            format!(
+                "{} ({} of caps less {} reserved by the {} memory rule)",
+                format_bytes(narrow(usable)),
+                format_bytes(narrow(usable + reserved)),
+                format_bytes(narrow(reserved)),
+                task.memory.name()
+            )
+        },
+        hint: suggest_devices(narrow(need), &memory),
+    })
+}
+
+/// "at least N devices of this size" for a task that needs `need` bytes, or nothing when devices of this
+/// size cannot hold it at any count we plan for.
+fn suggest_devices(need: u64, memory: &[DeviceMemory]) -> String {
+    let Some(largest) = memory.iter().map(|d| d.usable_bytes).max().filter(|&b| b > 0) else {
+        return String::new();
+    };
+    let devices = need.div_ceil(largest);
+    if usize::try_from(devices).is_ok_and(|d| d <= crate::task::MAX_DEVICES) {
+        format!("; at least {devices} devices of {} usable, or more memory per device", format_bytes(largest))
+    } else {
+        format!("; give each device more memory than {}", format_bytes(largest))
     }
 }
 

@@ -386,7 +386,10 @@ fn draw(
         let pool_ids = picks.iter().map(|p| p.0).collect();
         return Ok((Task::new(tables, devices(t)?)?, pool_ids));
     }
-    Err(Error::Sampling(format!("no draw of {lo}..{hi} tables fit {budget} bytes in {MAX_TRIES} tries")))
+    Err(Error::Sampling(format!(
+        "no draw of {lo}..{hi} tables fit {} in {MAX_TRIES} tries",
+        crate::units::format_bytes_exact(budget)
+    )))
 }
 
 /// A task drawn from the pool on `devices`, as `shardplan plan` and the page draw one: `tables` tables

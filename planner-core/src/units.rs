@@ -64,12 +64,47 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// Formats bytes for a message where the exact count matters: `23.46 GiB (25,193,800,000 bytes)`;
+/// counts under 1 KiB are exact already (`512 B`).
+#[must_use]
+pub fn format_bytes_exact(bytes: u64) -> String {
+    if bytes < 1 << 10 {
+        format_bytes(bytes)
+    } else {
+        format!("{} ({} bytes)", format_bytes(bytes), group_digits(bytes))
+    }
+}
+
+/// `65536` as `65,536`.
+#[must_use]
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(text: &str, expected: Option<u64>) {
         assert_eq!(parse_bytes("--mem", text).ok(), expected, "{text}");
+    }
+
+    #[test]
+    fn formats_exact_counts_with_grouped_digits() {
+        assert_eq!(format_bytes_exact(512), "512 B");
+        assert_eq!(format_bytes_exact(25_193_800_000), "23.46 GiB (25,193,800,000 bytes)");
+        assert_eq!(format_bytes_exact(u64::MAX), "17179869184.00 GiB (18,446,744,073,709,551,615 bytes)");
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(100), "100");
+        assert_eq!(group_digits(1000), "1,000");
     }
 
     #[test]

@@ -47,11 +47,7 @@ pub struct CostArgs {
 }
 
 fn parse_definition(s: &str) -> Result<CostDefinition, String> {
-    match s {
-        "neuroshard" => Ok(CostDefinition::NeuroShard),
-        "four-phase" => Ok(CostDefinition::FourPhase),
-        _ => Err(format!("unknown cost definition {s:?}; use neuroshard or four-phase")),
-    }
+    CostDefinition::from_name(s).map_err(|e| e.to_string())
 }
 
 /// Memory-rule and split-rule options shared by every subcommand that decides or reports whether a plan

@@ -133,7 +133,7 @@ fn markdown(r: &EvalResult) -> String {
         })
         .collect();
     format!(
-        "{} tasks, cost model {}, memory rule {}, splits {}\n\n{}",
+        "{} tasks, cost model {}, memory rule {}, splits {}\n\n{}{}",
         r.tasks,
         r.cost_model,
         r.memory_rule.describe(),
@@ -150,6 +150,7 @@ fn markdown(r: &EvalResult) -> String {
             ],
             &rows,
             true
-        )
+        ),
+        crate::run_one::missing_improvement_notes(&r.summary)
     )
 }

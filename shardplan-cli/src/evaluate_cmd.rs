@@ -88,7 +88,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
         let torchrec_buildable = plan.check_torchrec_buildable(&task).err().map(|e| e.to_string());
         if args.plans.len() == 1 {
             println!(
-                "{}: plan by `{planner}`, {} tables on {} devices; cost model {}, definition {:?}",
+                "{}: plan by `{planner}`, {} tables on {} devices; cost model {}, definition {}",
                 path.display(),
                 task.tables.len(),
                 task.devices.count(),
@@ -115,7 +115,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     if priced.len() > 1 {
         let first = &priced[0];
         println!(
-            "cost model {} (global batch {}), definition {:?}; TorchRec's estimate at {} samples per rank",
+            "cost model {} (global batch {}), definition {}; TorchRec's estimate at {} samples per rank",
             first.report.cost_model,
             first.report.global_batch.map_or("unknown".into(), |b| b.to_string()),
             first.report.definition,

@@ -82,17 +82,29 @@ fn main() -> ExitCode {
 }
 
 fn list() {
+    let profiles = planner_core::cost::profiles::EMBEDDED;
+    let width = planner_core::REGISTRY
+        .iter()
+        .map(|e| e.name.len())
+        .chain(profiles.iter().map(|p| p.name.len()))
+        .chain(["analytical".len()])
+        .max()
+        .unwrap_or(0);
     println!("planners:");
     for e in planner_core::REGISTRY {
-        println!("  {:<18} {}", e.name, e.summary);
+        println!("  {:<width$}  {}", e.name, e.summary);
     }
     println!("cost models:");
     println!(
-        "  analytical   TorchRec's perf estimator; hardware profiles: {}",
+        "  {:<width$}  TorchRec's perf estimator; hardware profiles: {}",
+        "analytical",
         planner_core::HardwareProfile::BUILTIN.join(", ")
     );
-    for p in planner_core::cost::profiles::EMBEDDED {
+    for p in profiles {
         let default = if p.name == planner_core::cost::profiles::DEFAULT_PROFILE { " (default)" } else { "" };
-        println!("  {:<12} trained profile{default}: {}", p.name, p.hardware);
+        println!("  {:<width$}  trained profile{default}: {}", p.name, p.hardware);
     }
+    println!("cost definitions:");
+    println!("  {:<width$}  NeuroShard's: start delays feed forward comm (default)", "neuroshard");
+    println!("  {:<width$}  DreamShard's: the largest sum of the four phases, no delays", "four-phase");
 }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::planners::torchrec::{TorchRecConfig, TorchRecPricing, price_plan};
 use planner_core::planners::{PlanContext, planner};
-use planner_core::units::format_bytes;
+use planner_core::units::{format_bytes, group_digits};
 use planner_core::{PlanDocument, PlanReport, SplitRule, Task, evaluate};
 
 use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table};
@@ -85,6 +85,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     } else {
         SplitRule::Any
     })?);
+    planner_core::memory::check_capacity(&task)?;
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_secs_f64() * 1e3;
     let mut ctx = PlanContext::new(model.as_ref(), args.seed);
@@ -119,7 +120,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     }
     let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;
     println!(
-        "Plan by `{}` for {} tables ({}) on {} devices; cost model {}, definition {:?}",
+        "Plan by `{}` for {} tables ({}) on {} devices; cost model {}, definition {}",
         entry.name,
         task.tables.len(),
         format_bytes(task.total_bytes()),
@@ -171,19 +172,6 @@ pub fn torchrec_line(t: &TorchRecPricing) -> String {
         group_digits(t.batch_per_rank),
         group_digits(t.batch_per_rank.saturating_mul(ranks))
     )
-}
-
-/// `65536` as `65,536`.
-fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The per-device table of a report: memory terms (weights, optimizer state, buffers), their sum

@@ -54,5 +54,20 @@ pub fn run_one(
 /// Each planner's summary over its outcomes, with the improvement over the best of the registry's
 /// seed baselines among them.
 pub fn summarize(runs: &[(String, Vec<TaskOutcome>)]) -> Vec<PlannerSummary> {
-    planner_core::eval::summarize(runs, |name| planners::planner(name).is_ok_and(|e| e.is_seed_baseline))
+    planner_core::eval::summarize(runs, is_seed_baseline)
+}
+
+/// Whether `name` is one of the registry's seed baselines.
+fn is_seed_baseline(name: &str) -> bool {
+    planners::planner(name).is_ok_and(|e| e.is_seed_baseline)
+}
+
+/// Why rows of [`summarize`] show "-" under "vs best baseline", as lines to print below the table.
+pub fn missing_improvement_notes(rows: &[PlannerSummary]) -> String {
+    let reasons = planner_core::eval::missing_improvement_reasons(rows, is_seed_baseline);
+    reasons.iter().fold(String::new(), |mut out, w| {
+        out.push_str("\n- ");
+        out.push_str(w);
+        out
+    })
 }

@@ -148,6 +148,33 @@ pub enum CostDefinition {
     FourPhase,
 }
 
+impl CostDefinition {
+    /// Every definition, in the order they are documented.
+    pub const ALL: [Self; 2] = [Self::NeuroShard, Self::FourPhase];
+
+    /// The name a user writes (`neuroshard`, `four-phase`): the same as in plan documents.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NeuroShard => "neuroshard",
+            Self::FourPhase => "four-phase",
+        }
+    }
+
+    /// The definition a user named; an error naming the value and the choices otherwise.
+    pub fn from_name(name: &str) -> crate::Result<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| {
+            crate::Error::field("cost definition", "definition", format!("{name:?}"), "neuroshard or four-phase")
+        })
+    }
+}
+
+impl std::fmt::Display for CostDefinition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What one device does under a plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceReport {

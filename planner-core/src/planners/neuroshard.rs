@@ -496,8 +496,9 @@ impl<'t> Search<'t> {
                 Error::NoPlan {
                     planner: "neuroshard".into(),
                     reason: format!(
-                        "stopped by its budget or callback before a plan within memory was found (after {} grid searches, table `{name}` ({need_bytes} bytes) still fit on no device); allow more time",
-                        self.ev.stats.grid_searches
+                        "stopped by its budget or callback before a plan within memory was found (after {} grid searches, table `{name}` ({}) still fit on no device); allow more time",
+                        self.ev.stats.grid_searches,
+                        crate::units::format_bytes_exact(need_bytes)
                     ),
                 }
             } else {

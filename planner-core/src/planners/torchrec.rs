@@ -707,7 +707,9 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
         return Err(Error::NoPlan {
             planner: "torchrec".into(),
             reason: format!(
-                "{why}: {num_proposals} proposals tried; the smallest needs {lowest_storage} bytes, {available} bytes are available over {world} ranks after the storage reservation"
+                "{why}: {num_proposals} proposals tried; the smallest needs {}, {} are available over {world} ranks after the storage reservation",
+                crate::units::format_bytes_exact(u64::try_from(lowest_storage).unwrap_or(u64::MAX)),
+                crate::units::format_bytes_exact(u64::try_from(available).unwrap_or(u64::MAX))
             ),
         });
     };

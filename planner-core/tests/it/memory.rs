@@ -129,3 +129,43 @@ fn byte_counts_never_wrap() {
         }
     }
 }
+
+#[test]
+fn a_task_larger_than_all_memory_is_refused_first_with_both_totals() {
+    // 40 tables of 2^26 rows x 64 fp32 (16 GiB each, 640 GiB) on 4 devices of 4 GiB.
+    let mut bins = [0.0; NUM_BINS];
+    bins[0] = 1.0;
+    let tables: Vec<TableSpec> = (0..40)
+        .map(|i| {
+            TableSpec::new("t", format!("t{i}"), 1 << 26, 64, 1.0, bins, ElementType::Fp32, OptimizerState::None)
+                .unwrap()
+        })
+        .collect();
+    let task = Task::new(tables.clone(), Devices::uniform(4, 4 << 30).unwrap()).unwrap();
+    let e = planner_core::memory::check_capacity(&task).unwrap_err();
+    assert!(matches!(e, Error::TaskTooLarge { tables: 40, devices: 4, .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("640.00 GiB (687,194,767,360 bytes)") && text.contains("16.00 GiB usable in total"),
+        "{text}"
+    );
+    assert!(text.contains("at least 160 devices of 4.00 GiB"), "{text}");
+    // Under the torchrec rule the reservation is named.
+    let e = planner_core::memory::check_capacity(&task.clone().with_memory(MemoryRule::torchrec())).unwrap_err();
+    assert!(e.to_string().contains("reserved by the torchrec memory rule"), "{e}");
+    // Enough devices: the check passes (a plan may still need splitting, which is the planners' job).
+    let roomy = Task::new(tables, Devices::uniform(200, 4 << 30).unwrap()).unwrap();
+    planner_core::memory::check_capacity(&roomy).unwrap();
+}
+
+#[test]
+fn violations_name_bytes_in_units_with_the_exact_count() {
+    let dm = planner_core::memory::DeviceMemory { cap_bytes: 4 << 30, reserved_bytes: 0, usable_bytes: 4 << 30 };
+    let v = planner_core::memory::violation(2, &dm, 25_193_800_000, "weights").unwrap();
+    assert_eq!(v, "device 2: 23.46 GiB (25,193,800,000 bytes) placed, 19.46 GiB over its cap of 4.00 GiB");
+    let dm = planner_core::memory::DeviceMemory { cap_bytes: 4 << 30, reserved_bytes: 1 << 30, usable_bytes: 3 << 30 };
+    let v = planner_core::memory::violation(0, &dm, 7 << 29, "torchrec").unwrap();
+    assert!(v.contains("3.50 GiB (3,758,096,384 bytes) placed, 512.0 MiB over its 3.00 GiB usable"), "{v}");
+    assert!(v.contains("1.00 GiB reserved by the torchrec memory rule"), "{v}");
+    assert_eq!(planner_core::memory::violation(0, &dm, 3 << 30, "torchrec"), None);
+}

@@ -123,7 +123,12 @@ fn reproduces_the_plans_and_bytes_made_before_memory_rules() {
         }
         assert_eq!(a.pieces, b.pieces, "{ctx}: pieces");
         assert_eq!(a.device_bytes, b.device_bytes, "{ctx}: bytes per device");
-        assert_eq!((a.feasible, &a.violations), (b.feasible, &b.violations), "{ctx}: feasibility");
+        // The same devices overfilled (the bytes are compared above; the wording of a violation has
+        // changed since the file was recorded: units instead of raw counts).
+        let devices = |v: &[String]| -> Vec<String> {
+            v.iter().map(|l| l.split(':').next().unwrap_or_default().to_string()).collect()
+        };
+        assert_eq!((a.feasible, devices(&a.violations)), (b.feasible, devices(&b.violations)), "{ctx}: feasibility");
         assert_eq!(a.cost_ms.to_bits(), b.cost_ms.to_bits(), "{ctx}: cost {} vs {}", a.cost_ms, b.cost_ms);
     }
 }

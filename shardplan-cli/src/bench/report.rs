@@ -313,6 +313,11 @@ pub fn markdown(r: &BenchResult) -> String {
             header.push("measured ms");
         }
         out.push(render_table(&header, &rows, true));
+        let summaries: Vec<_> = c.planners.iter().map(|p| p.summary.clone()).collect();
+        let notes = crate::run_one::missing_improvement_notes(&summaries);
+        if !notes.is_empty() {
+            out.push(notes);
+        }
         if let Some(m) = &c.measured {
             out.push(measured_markdown(m));
         }
@@ -394,6 +399,11 @@ pub fn markdown(r: &BenchResult) -> String {
             &rows,
             true,
         ));
+        let summaries: Vec<_> = c.planners.iter().map(|p| p.summary.clone()).collect();
+        let notes = crate::run_one::missing_improvement_notes(&summaries);
+        if !notes.is_empty() {
+            out.push(notes);
+        }
     }
     out.join("\n")
 }

@@ -95,7 +95,7 @@ fn bad_inputs_name_field_and_value_and_lose_nothing() {
         (vec!["--tables".into(), bad_dim.display().to_string()], vec!["`dim` = 6", "multiple of 4"]),
         (
             vec!["--tables".into(), huge.display().to_string(), "--algo".into(), "size".into()],
-            vec!["fits on no device"],
+            vec!["the 1 table needs at least 47.68 GiB (51,200,000,000 bytes)", "usable in total"],
         ),
         (vec!["--algo".into(), "magic".into()], vec!["unknown planner `magic`", "size-lookup"]),
         (vec!["--mem".into(), "4XB".into()], vec!["--mem", "4XB"]),
@@ -341,14 +341,15 @@ fn memory_rule_flags_decide_what_fits_and_are_printed() {
     assert_eq!(doc.report.memory_rule, planner_core::MemoryRule::Weights);
     let d = &doc.report.devices[0];
     assert_eq!((d.bytes, d.memory.usable_bytes, d.memory.buffer_bytes), (7_340_032 * 128 * 4, 4 << 30, 0));
-    // The default rule is TorchRec's: the same table fits nowhere.
+    // The default rule is TorchRec's: its reservation leaves too little for the same table, and the
+    // refusal says so with both totals.
     check_fails(
         bin()
             .args(["plan", "--algo", "size", "--devices", "1", "--mem", "4GiB", "--tables"])
             .arg(&tables)
             .arg("--out")
             .arg(dir.join("t.json.out")),
-        &["fits on no device"],
+        &["the 1 table needs at least 3.50 GiB", "reserved by the torchrec memory rule", "usable in total"],
     );
     // Exporting the weights-rule plan for TorchRec is refused under TorchRec's rule, allowed under the seeds'.
     let tr = dir.join("p.torchrec.json");
@@ -597,4 +598,81 @@ fn hostile_sizes_and_counts_are_refused_before_any_work() {
         );
     }
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+}
+
+#[test]
+fn a_task_larger_than_all_memory_says_so_first_in_readable_units() {
+    // The pool at dim 64 is about 838 GiB: four 4 GiB devices cannot hold it under any plan, and the
+    // message says so with both totals rather than naming one table.
+    let dir = scratch("too-large");
+    let pool = dir.join("pool.csv");
+    let (o, text) = run(bin().args(["pool", "--out"]).arg(&pool));
+    assert!(o.status.success(), "{text}");
+    check_fails(
+        bin()
+            .args(["plan", "--dim", "64", "--devices", "4", "--mem", "4GiB", "--tables"])
+            .arg(&pool)
+            .arg("--out")
+            .arg(dir.join("p.json")),
+        &[
+            "the 856 tables need at least",
+            "GiB (",
+            "bytes) of weights and optimizer state",
+            "usable in total",
+            "at least",
+        ],
+    );
+    assert!(!dir.join("p.json").exists());
+}
+
+#[test]
+fn plan_names_the_cost_definition_as_it_is_written() {
+    let dir = scratch("definition");
+    let (o, text) = run(bin()
+        .args(["plan", "--algo", "size", "--devices", "2", "--max-dim", "16", "--definition", "four-phase"])
+        .args(["--cost-model", "analytical", "--out"])
+        .arg(dir.join("p.json")));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("definition four-phase"), "{text}");
+    assert!(!text.contains("FourPhase"), "{text}");
+}
+
+#[test]
+fn list_aligns_every_description() {
+    let (o, text) = run(bin().arg("list"));
+    assert!(o.status.success(), "{text}");
+    // Every entry line is two spaces, a name, padding, two spaces and its description: the descriptions
+    // start in one column whatever the longest name.
+    let starts: Vec<usize> = text
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| {
+            let name_end = 2 + l[2..].find(' ').unwrap();
+            name_end + l[name_end..].find(|c: char| c != ' ').unwrap()
+        })
+        .collect();
+    assert!(starts.len() >= 15, "{text}");
+    assert!(starts.iter().all(|&s| s == starts[0]), "{starts:?}\n{text}");
+    assert!(text.contains("size-lookup+refine  "), "{text}");
+}
+
+#[test]
+fn the_readme_pool_example_plans() {
+    // The README's quick start plans the whole pool file; run its own lines, so the example cannot rot.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let line = |prefix: &str| -> Vec<String> {
+        let l =
+            readme.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("README has no `{prefix}` line"));
+        let command = l.split('#').next().unwrap();
+        command.split_whitespace().skip(1).map(str::to_string).collect()
+    };
+    let dir = scratch("readme-pool");
+    let (o, text) = run(bin().args(line("shardplan pool --out pool.csv")).current_dir(&dir));
+    assert!(o.status.success(), "{text}");
+    let (o, text) = run(bin().args(line("shardplan plan --tables pool.csv")).current_dir(&dir));
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("Plan by `neuroshard` for 856 tables") && text.contains("fits memory (usable bytes): yes"),
+        "{text}"
+    );
 }
