@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Every test of the workspace: the Rust tests, the wasm binding's tests under Node, and the web demo's
-# end-to-end test in headless Chromium. The README's test command and CI both run this script.
+# Every test of the workspace: the Rust tests, the browser module's binding tests under Node, and the web
+# demo's end-to-end test in headless Chromium. The README's test command and CI both run this script.
 #
-# Needs (installed once; .ci/run installs them itself): the wasm32-unknown-unknown target (from
-# rust-toolchain.toml), wasm-bindgen-cli of the pinned version (installed here with cargo when
-# missing), Node.js >= 20 with npm, and Chromium (Debian: `apt-get install chromium`; or set CHROMIUM
-# to a Chromium/Chrome binary).
+# Needs Rust (rustup), Node.js >= 20 with npm, and Chromium (Debian: `apt-get install chromium`; or set
+# CHROMIUM to a Chromium/Chrome binary). It adds what rustup and cargo can install itself: the
+# wasm32-unknown-unknown target of the pinned toolchain and wasm-bindgen-cli of the pinned version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 step() { printf '\n== %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 source scripts/cargo-step.sh
+
+step "toolchain: the wasm32 target"
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+rustup target add --toolchain "$toolchain" wasm32-unknown-unknown
 
 step "Rust tests"
 cargo_step cargo test --workspace
@@ -25,12 +28,11 @@ if [ "$have" != "$want" ]; then
 fi
 wasm-bindgen --version
 
-step "planner-wasm tests under Node (wasm-bindgen-test)"
-cargo_step env CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-  cargo test --target wasm32-unknown-unknown -p planner-wasm
-
 step "web demo: build the wasm bundle"
 web-demo/build.sh
+
+step "the bundle's binding under Node (the module the page ships)"
+(cd web-demo && node --test tests/binding.mjs)
 
 step "web demo: end-to-end test in headless Chromium"
 chromium=${CHROMIUM:-/usr/bin/chromium}

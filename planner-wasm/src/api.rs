@@ -211,6 +211,7 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
         return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
     }
     let task = req.task.clone().with_memory(req.memory);
+    planner_core::memory::check_capacity(&task)?;
     let start = now_ms();
     let mut plan = planner.plan(&task, &ctx)?;
     for _ in 1..req.repeat {

@@ -1,0 +1,118 @@
+// The binding as JavaScript sees it: the browser module that web-demo/build.sh ships (web-demo/pkg),
+// loaded in Node. Inputs are plain JS objects, as the page sends them; outputs are read back as the page
+// reads them. Native parity goes through tests/fixtures/native-parity.json, which a native test
+// (planner-wasm/tests/it/main.rs) keeps equal to what native code computes.
+// Run after web-demo/build.sh: `node tests/binding.mjs` from web-demo/ (scripts/test-all.sh does).
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import * as pw from '../pkg/planner_wasm.js';
+
+const here = new URL('.', import.meta.url);
+pw.initSync({ module: readFileSync(new URL('../pkg/planner_wasm_bg.wasm', here)) });
+const parity = JSON.parse(readFileSync(new URL('fixtures/native-parity.json', here), 'utf8'));
+
+const sample = () => pw.sampleTask({ devices: 4, max_dim: 64, seed: 7 });
+const planRequest = (task, planner, extra = {}) => ({ task, planner, seed: 3, ...extra });
+// The message of what a call throws, as `String(error)` shows it.
+function thrown(fn) {
+  try {
+    fn();
+  } catch (e) {
+    return String(e.message ?? e);
+  }
+  assert.fail('expected the call to throw');
+}
+
+test('lists planners and cost models', () => {
+  const names = pw.listPlanners().map((p) => p.name);
+  assert.ok(names.includes('size-lookup') && names.includes('random'), names.join());
+  const models = pw.listCostModels();
+  assert.equal(models[0].name, 'analytical');
+  assert.ok(models.some((m) => m.name === 'h100' && m.is_default === true), JSON.stringify(models));
+  assert.ok(models[0].hardware.includes('h100'));
+});
+
+test('samples the same task as native code', () => {
+  assert.deepEqual(pw.sampleTask(parity.sample_request), parity.task);
+});
+
+test('plans as native code does, in the CLI schema, with a planning time', () => {
+  for (const want of parity.plans) {
+    const out = pw.plan({ task: parity.task, planner: want.planner, seed: parity.plan_seed, model: want.model });
+    assert.ok(out.planning_ms >= 0 && out.planning_ms < 60_000, `${out.planning_ms}`);
+    const doc = out.document;
+    assert.equal(doc.schema, 'shardplan.plan/v1');
+    assert.equal(doc.planner, want.planner);
+    assert.ok(doc.report.feasible && doc.report.cost_ms > 0);
+    assert.deepEqual(doc.pieces, want.pieces, `${want.planner}: the native plan`);
+    // The learned default model runs in tract with wasm's SIMD kernels: the last bits may differ.
+    assert.ok(Math.abs(doc.report.cost_ms - want.cost_ms) <= 1e-6 * want.cost_ms,
+      `${want.planner}: wasm ${doc.report.cost_ms}, native ${want.cost_ms}`);
+  }
+  // The default profile predicts forward + backward as one figure, so `compute_split` is null.
+  const out = pw.plan(planRequest(sample(), 'size-lookup'));
+  assert.equal(out.document.report.devices[0].compute_split, null);
+});
+
+test('evaluates and edits plans', () => {
+  const doc = pw.plan(planRequest(sample(), 'dim')).document;
+  const same = pw.evaluatePlan(doc, undefined);
+  assert.deepEqual(same.report, doc.report);
+  const h100 = pw.evaluatePlan(doc, { cost_model: 'analytical', hw: 'h100' });
+  assert.equal(h100.report.cost_model, 'analytical:h100');
+  // The analytical model knows the forward/backward parts; they sum to the compute time.
+  const d0 = h100.report.devices[0];
+  assert.ok(Math.abs(d0.compute_split.fwd_ms + d0.compute_split.bwd_ms - d0.compute_ms) < 1e-9, JSON.stringify(d0));
+  // The default is the embedded H100 profile (learned compute, analytical comm), run by tract in wasm.
+  assert.match(same.report.cost_model, /^neural:h100/);
+
+  // Move a piece of the bottleneck device elsewhere: the cost changes.
+  const bottleneck = doc.report.bottleneck_device;
+  const piece = doc.pieces.find((p) => p.device === bottleneck);
+  const moved = pw.whatIf(doc, { op: 'move', table_id: piece.table_id, col_offset: piece.col_offset, to_device: (bottleneck + 1) % 4 }, undefined);
+  assert.notEqual(moved.report.cost_ms, doc.report.cost_ms);
+  assert.equal(moved.planner, 'dim+what-if');
+
+  // Split, then grow to 6 devices: the task and the per-device breakdown follow.
+  const split = pw.whatIf(doc, { op: 'split', table_id: piece.table_id, col_offset: piece.col_offset }, undefined);
+  assert.equal(split.pieces.length, doc.pieces.length + 1);
+  const grown = pw.whatIf(split, { op: 'set_device_count', count: 6 }, undefined);
+  assert.equal(grown.report.devices.length, 6);
+  assert.equal(grown.task.devices.mem_cap_bytes.length, 6);
+});
+
+test('errors are exceptions with the core message', () => {
+  let e = thrown(() => pw.plan(planRequest(sample(), 'magic')));
+  assert.match(e, /unknown planner `magic`/);
+  e = thrown(() => pw.parseTables('rows,dim,pooling_factor\n10,6,1\n', 'csv', undefined));
+  assert.ok(e.includes('line 2') && e.includes('`dim` = 6'), e);
+  e = thrown(() => pw.parseTables('', 'csv', undefined));
+  assert.match(e, /the file is empty/);
+  e = thrown(() => pw.parseTables('{not json', 'json', undefined));
+  assert.match(e, /tables JSON/);
+  e = thrown(() => pw.sampleTask({ devices: 4, max_dim: 48 }));
+  assert.match(e, /`max_dim` = 48/);
+  e = thrown(() => pw.sampleTask({ devices: 4, colour: 1 }));
+  assert.ok(e.includes('sample request') && e.includes('colour'), e);
+  const doc = pw.plan(planRequest(sample(), 'size')).document;
+  e = thrown(() => pw.whatIf(doc, { op: 'move', table_id: 0, col_offset: 0, to_device: 9 }, undefined));
+  assert.match(e, /`to_device` = 9/);
+  e = thrown(() => pw.whatIf(doc, { op: 'teleport' }, undefined));
+  assert.ok(e.includes('what-if edit') && e.includes('teleport'), e);
+  // A task larger than all the memory is refused before any planner runs, with both totals.
+  const huge = Array.from({ length: 4 }, (_, i) => ({ name: `h${i}`, rows: 100_000_000, dim: 128, pooling_factor: 1 }));
+  const tables = pw.parseTables(JSON.stringify(huge), 'json', undefined);
+  e = thrown(() => pw.plan(planRequest({ tables, devices: { mem_cap_bytes: [4 * 2 ** 30, 4 * 2 ** 30] } }, 'random')));
+  assert.match(e, /the 4 tables need at least 190\.73 GiB \(204,800,000,000 bytes\)/);
+});
+
+test('parses uploaded tables', () => {
+  const tables = pw.parseTables('name,rows,dim,pooling_factor\nuser,1000,16,2\nitem,50,8,1\n', 'csv', undefined);
+  assert.equal(tables[0].name, 'user');
+  assert.equal(tables[1].dim, 8);
+  const poolLike = pw.parseTables('table_id,row,pooling_factor\n0,10,1\n', 'CSV', 32);
+  assert.equal(poolLike[0].dim, 32);
+  const j = pw.parseTables('{"tables": [{"rows": 5, "dim": 4, "pooling_factor": 1}]}', 'json', undefined);
+  assert.equal(j[0].name, 't0');
+});
