@@ -30,13 +30,16 @@ function call(op, args) {
 const state = {
   planners: [],
   task: null,        // {tables, devices}
+  tables: null,      // the loaded tables (sampled or uploaded); devices come from the Devices form
   taskLabel: '',
   results: [],       // [{planner, document, planning_ms, error}]
   chosen: null,      // planner name whose plan is shown
+  pinned: false,     // whether the user picked `chosen` (kept across re-plans while it stays valid)
   doc: null,         // the plan shown (possibly edited): shardplan.plan/v1
   undo: [],          // earlier docs
   selected: null,    // "table_id:col_offset"
   busy: false,
+  generation: 0,     // bumped by every re-plan; results of an older one are dropped
 };
 
 function model() {
@@ -118,7 +121,7 @@ async function sampleAndPlan() {
     setBusy(true, 'Sampling a task…');
     const task = await call('sample', request);
     const how = tablesText ? `${tablesText} pool tables` : 'NeuroShard protocol';
-    await setTask(task, `sampled (${how}, seed ${request.seed})`);
+    await setTables(task.tables, `sampled (${how}, seed ${request.seed})`);
   } catch (e) {
     setBusy(false);
     setStatus(`Could not sample a task: ${e.message}`, 'error');
@@ -134,43 +137,80 @@ async function uploadTables(file) {
     return;
   }
   try {
-    const { count, mem } = devicesFromForm();
     const text = await file.text();
     const dimText = $('#csv-dim').value.trim();
     setBusy(true, `Reading ${file.name}…`);
     const tables = await call('parseTables', { text, format: ext, defaultDim: dimText ? Number(dimText) : null });
-    await setTask({ tables, devices: { mem_cap_bytes: Array(count).fill(mem) } }, `uploaded from ${file.name}`);
+    await setTables(tables, `uploaded from ${file.name}`);
   } catch (e) {
     setBusy(false, 'Ready.');
     showError('#upload-error', `Could not read ${file.name}: ${e.message}`);
   }
 }
 
-async function setTask(task, label) {
-  state.task = task;
+// The loaded tables on the devices of the Devices form. A change of devices or memory re-plans the same
+// tables; sampling or uploading replaces the tables and keeps the devices.
+async function setTables(tables, label) {
+  state.tables = tables;
   state.taskLabel = label;
+  state.pinned = false;
+  await applyDevices();
+}
+
+async function applyDevices() {
+  if (!state.tables) return;
+  let count; let mem;
+  try {
+    ({ count, mem } = devicesFromForm());
+  } catch (e) {
+    setStatus(e.message, 'error');
+    return;
+  }
+  const task = { tables: state.tables, devices: { mem_cap_bytes: Array(count).fill(mem) } };
+  state.task = task;
   const total = task.tables.reduce((s, t) => s + pieceBytes(t, t.dim), 0);
-  const caps = task.devices.mem_cap_bytes;
   $('#task-summary').textContent =
-    `${task.tables.length} tables (${bytes(total)}) on ${caps.length} devices of ${bytes(caps[0])}${caps.every((c) => c === caps[0]) ? '' : ' (mixed)'} — ${label}.`;
+    `${task.tables.length} tables (${bytes(total)} of weights and optimizer state) on ${count} devices of ${bytes(mem)} — ${state.taskLabel}.`;
   await runPlanners();
 }
 
 // ---- planners ----------------------------------------------------------------------------------
 async function runPlanners() {
   if (!state.task) return;
+  // The plan on screen belongs to the previous task or model: clear it before planning.
+  state.results = [];
+  state.doc = null;
+  state.undo = [];
+  renderPlanners();
+  renderPlan('Planning…');
   setBusy(true, `Planning with ${state.planners.length} planners…`);
+  const generation = ++state.generation;
   try {
     const seed = Number($('#seed').value || 0);
-    state.results = await call('planAll', {
+    const results = await call('planAll', {
       task: state.task, planners: state.planners.map((p) => p.name), seed, model: model(),
     });
+    if (generation !== state.generation) return; // a newer task or model is being planned
+    state.results = results;
     const valid = state.results.filter((r) => r.document?.report.feasible);
-    const best = valid.reduce((b, r) => (!b || r.document.report.cost_ms < b.document.report.cost_ms ? r : b), null);
-    const keep = state.results.find((r) => r.planner === state.chosen && r.document);
-    choose((keep ?? best ?? state.results.find((r) => r.document))?.planner ?? null);
-    setBusy(false, `Planned ${state.task.tables.length} tables with ${state.results.length} planners; ${valid.length} valid plans.`);
+    const cheapest = (rs) => rs.reduce((b, r) => (!b || r.document.report.cost_ms < b.document.report.cost_ms ? r : b), null);
+    // The user's own pick stays while it is still a valid plan; otherwise the best valid plan, and only
+    // when there is none, the cheapest plan that does not fit (its reasons shown).
+    const kept = state.pinned ? valid.find((r) => r.planner === state.chosen) : null;
+    const shown = kept ?? cheapest(valid) ?? cheapest(state.results.filter((r) => r.document));
+    state.pinned = Boolean(kept);
+    choose(shown?.planner ?? null);
+    const errors = new Set(state.results.map((r) => r.error));
+    if (!shown && errors.size === 1 && state.results.length) {
+      // Every planner refused the task for the same reason (a task larger than all the memory): say it once.
+      setBusy(false);
+      setStatus(`No plan can fit: ${state.results[0].error}`, 'error');
+      renderPlan(`No plan can fit this task: ${state.results[0].error}`);
+    } else {
+      setBusy(false, `Planned ${state.task.tables.length} tables with ${state.results.length} planners; ${valid.length} valid plans.`);
+    }
   } catch (e) {
+    if (generation !== state.generation) return;
     setBusy(false);
     setStatus(`Planning failed: ${e.message}`, 'error');
   }
@@ -182,21 +222,29 @@ function renderPlanners() {
   body.replaceChildren();
   const valid = state.results.filter((r) => r.document?.report.feasible);
   const bestCost = Math.min(...valid.map((r) => r.document.report.cost_ms));
+  const common = state.results.length > 1 && new Set(state.results.map((r) => r.error)).size === 1 ? state.results[0].error : null;
   for (const r of state.results) {
     const rep = r.document?.report;
     const id = `show-${r.planner}`;
     const radio = el('input', {
       type: 'radio', name: 'show', id, value: r.planner, checked: r.planner === state.chosen, disabled: !r.document,
-      onchange: () => { choose(r.planner); renderPlanners(); },
+      onchange: () => { state.pinned = true; choose(r.planner); renderPlanners(); },
     });
+    const reason = rep ? rep.violations.join('; ') : r.error;
+    const whyId = `why-${r.planner}`;
     body.append(el('tr', { class: r.planner === state.chosen ? 'chosen' : null, 'data-planner': r.planner },
       el('td', {}, radio),
-      el('td', {}, el('label', { for: id }, r.planner)),
+      el('td', {}, el('label', { for: id }, ...r.planner.split(/(?<=\+)/).flatMap((part, i) => (i ? [el('wbr'), part] : [part])))),
       el('td', { class: 'num' }, rep ? ms(rep.cost_ms) : '—',
         rep?.feasible && rep.cost_ms === bestCost ? el('span', { class: 'badge' }, 'best') : null),
-      el('td', {}, rep?.feasible ? 'yes' : el('span', { class: 'no' }, 'no',
-        el('span', { class: 'why' }, rep ? rep.violations.join('; ') : r.error))),
+      el('td', {}, rep?.feasible ? 'yes' : el('span', { class: 'no', 'aria-describedby': reason && !common ? whyId : null }, 'no')),
       el('td', { class: 'num', title: r.runs > 1 ? `mean of ${r.runs} runs` : 'one run' }, planMs(r.planning_ms))));
+    // Why a plan is not valid, on a row of its own under the planner, across the whole table (the
+    // same refusal from every planner is said once, in the status and the plan area).
+    if (!rep?.feasible && reason && !common) {
+      body.append(el('tr', { class: 'why-row', 'data-why': r.planner },
+        el('td', { colspan: 5, id: whyId, class: 'why' }, reason)));
+    }
   }
 }
 
@@ -273,15 +321,17 @@ const SEGMENTS = [
   ['bwd-comm', 'backward all-to-all'], ['bwd-compute', 'backward compute'],
 ];
 
-function renderPlan() {
+function renderPlan(message) {
   const doc = state.doc;
   $('#undo').disabled = !state.undo.length;
   $('#reset').disabled = !doc || doc === state.results.find((x) => x.planner === state.chosen)?.document;
   $('#download').disabled = !doc;
   for (const id of ['#plan-summary', '#timeline', '#board', '#pieces tbody', '#legend']) $(id).replaceChildren();
   $('#selection').hidden = true;
+  $('#split-note').hidden = true;
   if (!doc) {
-    $('#plan-summary').append(el('p', {}, state.results.length ? 'No planner produced a plan for this task.' : 'No plan yet.'));
+    const fallback = state.results.length ? 'No planner produced a plan for this task.' : 'No plan yet.';
+    $('#plan-summary').append(el('p', { class: message?.startsWith('No plan can') ? 'error' : 'hint' }, message ?? fallback));
     return;
   }
   const rep = doc.report;
@@ -326,7 +376,7 @@ function renderTimeline(doc) {
       class: `lane${isB ? ' bottleneck' : ''}`, role: 'listitem', 'data-device': d.device,
       'aria-label': `GPU ${d.device}${isB ? ' (bottleneck)' : ''}: total ${ms(d.total_ms)} ms; ${text}`,
     },
-    el('span', { class: 'name' }, `GPU ${d.device}`, isB ? el('span', { class: 'flag' }, '◀ bottleneck') : null),
+    el('span', { class: 'name' }, `GPU ${d.device}`, isB ? el('span', { class: 'flag' }, 'bottleneck') : null),
     el('div', { class: 'bar', 'aria-hidden': 'true' }, ...segs.map(([c, l], i) => el('div', {
       class: 'seg', style: `--c: var(--${c}); width: ${(100 * parts[i] / max).toFixed(3)}%`, title: `${l}: ${ms(parts[i])} ms`,
     }))),
@@ -428,6 +478,8 @@ function selectedPiece() {
 
 // ---- wiring ------------------------------------------------------------------------------------
 $('#sample-form').addEventListener('submit', (e) => { e.preventDefault(); sampleAndPlan(); });
+$('#devices-form').addEventListener('submit', (e) => { e.preventDefault(); applyDevices(); });
+for (const id of ['#devices', '#mem']) $(id).addEventListener('change', applyDevices);
 $('#upload').addEventListener('change', (e) => uploadTables(e.target.files[0]));
 $('#hw').addEventListener('change', runPlanners);
 $('#cost-model').addEventListener('change', runPlanners);

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { gzipSync } from 'node:zlib';
 import * as pw from '../pkg/planner_wasm.js';
 
 const here = new URL('.', import.meta.url);
@@ -115,4 +116,15 @@ test('parses uploaded tables', () => {
   assert.equal(poolLike[0].dim, 32);
   const j = pw.parseTables('{"tables": [{"rows": 5, "dim": 4, "pooling_factor": 1}]}', 'json', undefined);
   assert.equal(j[0].name, 't0');
+});
+
+// The page downloads this module before it can plan: its gzipped size may not pass the limit stated in
+// docs/WEB.md ("Size"), which says where the bytes go.
+export const MAX_GZIPPED_BYTES = 3_100_000;
+
+test('the module stays within its stated size', () => {
+  const bytes = readFileSync(new URL('../pkg/planner_wasm_bg.wasm', here));
+  const gzipped = gzipSync(bytes, { level: 9 }).length;
+  console.log(`planner_wasm_bg.wasm: ${bytes.length} bytes, ${gzipped} gzipped (limit ${MAX_GZIPPED_BYTES})`);
+  assert.ok(gzipped <= MAX_GZIPPED_BYTES, `${gzipped} bytes gzipped, over the stated ${MAX_GZIPPED_BYTES}`);
 });

@@ -52,6 +52,30 @@ async function shot(name) {
   console.log(`  screenshot ${path}`);
 }
 const text = (sel) => page.locator(sel).first().innerText();
+// No text or CSS-generated content on the page uses a glyph its fonts may lack (emoji).
+async function assertNoEmoji(where) {
+  const found = await page.evaluate(() => {
+    const pictographic = /\p{Extended_Pictographic}/u;
+    const out = [];
+    if (pictographic.test(document.body.innerText)) out.push(`text: ${document.body.innerText.match(/.{0,20}\p{Extended_Pictographic}.{0,20}/u)[0]}`);
+    for (const sheet of document.styleSheets) {
+      for (const rule of sheet.cssRules) {
+        if (rule.style?.content && pictographic.test(rule.style.content)) out.push(`css ${rule.selectorText}: ${rule.style.content}`);
+      }
+    }
+    return out;
+  });
+  assert.deepEqual(found, [], `no emoji (${where})`);
+}
+// The planners table fits its column: nothing clipped, no horizontal scrolling.
+async function assertPlannersFit(where) {
+  const [table, column] = await page.evaluate(() => {
+    const t = document.querySelector('#planners');
+    return [t.getBoundingClientRect().width, t.closest('section').getBoundingClientRect().width];
+  });
+  assert.ok(table <= column + 0.5, `planners table ${table} px in a ${column} px column (${where})`);
+}
+const plannerRows = '#planners tbody tr[data-planner]';
 const costShown = async () => Number((await text('[data-kpi="cost"] .v')).replace(' ms', ''));
 async function waitForCost(expected) {
   await page.waitForFunction(
@@ -68,9 +92,11 @@ try {
   await page.goto(base);
   await page.waitForFunction(() => document.querySelectorAll('#planners tbody tr').length > 0
     && document.querySelector('[data-kpi="cost"]'), null, { timeout: 30_000 });
+  await assertNoEmoji('planned');
+  await assertPlannersFit('1440 px');
   const task = await import('./planner.mjs').then((m) => m.sampleTask({ devices: 4, mem_cap_bytes: 4 * GIB, max_dim: 128, seed: 7 }));
   const expected = planAll(task, 7, { cost_model: 'h100', definition: 'neuroshard' });
-  const rows = await page.locator('#planners tbody tr').all();
+  const rows = await page.locator(plannerRows).all();
   assert.equal(rows.length, expected.length, 'one row per planner');
   for (const want of expected) {
     const row = page.locator(`#planners tbody tr[data-planner="${want.planner}"]`);
@@ -80,8 +106,14 @@ try {
       assert.equal(cells[3].startsWith('yes'), want.document.report.feasible, `${want.planner} validity`);
       const planning = Number(cells[4]);
       assert.ok(planning >= 0 && planning < 5_000, `${want.planner} planning time ${cells[4]}`);
-    } else {
-      assert.ok(cells[3].includes(want.error.slice(0, 30)), `${want.planner} shows its error`);
+    }
+    // A plan that does not fit, or a refusal, says why on a full-width row under the planner, in
+    // readable units (exact byte counts only in parentheses, with grouped digits).
+    const why = want.document ? want.document.report.violations.join('; ') : want.error;
+    if (!want.document?.report.feasible) {
+      const shown = await text(`#planners tr[data-why="${want.planner}"] td`);
+      assert.equal(shown, why, `${want.planner} shows why`);
+      assert.doesNotMatch(shown, /(^|[^\d,])\d{7,}/, `${want.planner}: raw byte counts in ${shown}`);
     }
   }
   const best = expected.filter((r) => r.document?.report.feasible)
@@ -186,9 +218,59 @@ try {
   // The best plan may split a table (NeuroShard, refinement): at least one piece per uploaded table.
   assert.ok(await page.locator('#pieces tbody tr').count() >= good.length, 'a piece per uploaded table');
   assert.equal(await page.locator('#upload-error').isVisible(), false, 'a good upload clears the error');
+  const empty = 'empty.csv';
+  await page.setInputFiles('#upload', { name: empty, mimeType: 'text/csv', buffer: Buffer.from('') });
+  await page.waitForFunction((n) => document.querySelector('#upload-error')?.textContent.includes(n), empty);
+  assert.match(await text('#upload-error'), /the file is empty: expected a header line/);
 
-  // 7. Readable at laptop size.
+  // 7. Devices and memory apply to the uploaded tables: 2 devices of 8 GiB re-plan the same three tables,
+  //    and the old plan leaves the screen while the new one is computed.
+  console.log('e2e: devices apply to uploaded tables');
+  await page.evaluate(() => {
+    window.sawPlanning = false;
+    new MutationObserver(() => {
+      const s = document.querySelector('#plan-summary');
+      if (s.textContent.includes('Planning') && !s.querySelector('[data-kpi]')) window.sawPlanning = true;
+    }).observe(document.querySelector('#plan-summary'), { childList: true, subtree: true, characterData: true });
+  });
+  await page.locator('#devices').fill('2');
+  await page.locator('#devices').blur();
+  await page.locator('#mem').fill('8');
+  await page.locator('#mem').blur();
+  await page.waitForFunction(() => document.querySelector('#task-summary')?.textContent.includes('on 2 devices of 8.00 GiB')
+    && document.querySelectorAll('#timeline .lane').length === 2 && !document.body.getAttribute('aria-busy')?.includes('true'),
+  null, { timeout: 15_000 });
+  assert.match(await text('#task-summary'), /3 tables .* mine\.json/);
+  assert.ok(await page.evaluate(() => window.sawPlanning), 'the previous plan is cleared while planning');
+
+  // 8. A task larger than all the memory is refused once, with both totals; the next task shows its best
+  //    valid plan (not the planner that was shown before).
+  console.log('e2e: too large, then the best valid plan again');
+  const huge = Array.from({ length: 8 }, (_, i) => ({ name: `huge${i}`, rows: 100_000_000, dim: 128, pooling_factor: 1 }));
+  await page.setInputFiles('#upload', { name: 'huge.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(huge)) });
+  await page.waitForFunction(() => document.querySelector('#status')?.textContent.includes('No plan can fit'), null, { timeout: 15_000 });
+  assert.match(await text('#status'), /the 8 tables need at least .* GiB \([\d,]+ bytes\) .* usable in total/);
+  assert.match(await text('#plan-summary'), /No plan can fit this task/);
+  assert.equal(await page.locator('#planners tr.why-row').count(), 0, 'one refusal, said once');
+  await shot('too-large');
+  await page.locator('#devices').fill('4');
+  await page.locator('#devices').blur();
+  await page.locator('#mem').fill('4');
+  await page.locator('#mem').blur();
+  await page.locator('#seed').fill('11');
+  await page.locator('#sample-btn').click();
+  await page.waitForFunction(() => document.querySelector('#task-summary')?.textContent.includes('seed 11')
+    && document.querySelector('[data-kpi="cost"]'), null, { timeout: 30_000 });
+  const task11 = await import('./planner.mjs').then((m) => m.sampleTask({ devices: 4, mem_cap_bytes: 4 * GIB, max_dim: 128, seed: 11 }));
+  const best11 = planAll(task11, 11, { cost_model: 'h100', definition: 'neuroshard' }).filter((r) => r.document?.report.feasible)
+    .reduce((b, r) => (!b || r.document.report.cost_ms < b.document.report.cost_ms ? r : b), null);
+  close(await costShown(), best11.document.report.cost_ms, 'the best valid plan is shown');
+  assert.equal(await page.locator('#planners tr.chosen').getAttribute('data-planner'), best11.planner);
+
+  // 9. Readable at laptop size.
   await page.setViewportSize({ width: 1366, height: 768 });
+  await assertPlannersFit('1366 px');
+  await assertNoEmoji('end');
   await shot('laptop-1366x768');
 
   assert.deepEqual(problems, [], 'no page errors, console errors or external requests');
