@@ -142,9 +142,10 @@ impl TorchRecMemory {
     /// What a reservation is made of, for messages.
     fn reservation_parts(&self, kjt_bytes: u64) -> String {
         format!(
-            "{}% of the cap, {} bytes of dense parameters, {kjt_bytes} bytes of input indices ({} copies of a {}-sample batch)",
+            "{}% of the cap, {} of dense parameters, {} of input indices ({} copies of a {}-sample batch)",
             self.reserved_fraction * 100.0,
-            self.dense_bytes,
+            format_bytes_exact(self.dense_bytes),
+            format_bytes_exact(kjt_bytes),
             self.kjt_copies,
             self.batch_per_rank
         )
@@ -302,9 +303,9 @@ impl MemoryRule {
         match self {
             Self::Weights => "weights (weights + optimizer state against the whole cap; the seed papers' rule)".into(),
             Self::TorchRec(m) => format!(
-                "torchrec ({}% of every cap reserved, {} dense bytes, input indices of a {}-sample batch x {}, input/output buffers per piece; TorchRec 1.9.2)",
+                "torchrec ({}% of every cap reserved, {} of dense parameters, input indices of a {}-sample batch x {}, input/output buffers per piece; TorchRec 1.9.2)",
                 m.reserved_fraction * 100.0,
-                m.dense_bytes,
+                format_bytes(m.dense_bytes),
                 m.batch_per_rank,
                 m.kjt_copies
             ),
@@ -763,7 +764,7 @@ mod tests {
         assert_eq!(memory[1].usable_bytes, 0);
         let e = rule.usable_bytes(std::slice::from_ref(&t), &devices).unwrap_err();
         assert!(matches!(e, Error::ReservationExceedsCap { device: 1, cap_bytes: 8_000_000, .. }), "{e}");
-        assert!(e.to_string().contains("8192000 bytes of input indices"), "{e}");
+        assert!(e.to_string().contains("7.8 MiB (8,192,000 bytes) of input indices"), "{e}");
     }
 
     #[test]

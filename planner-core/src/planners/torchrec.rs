@@ -881,7 +881,7 @@ mod tests {
         let tiny = Task::new(vec![table("a", 10, 4, 200.0)], Devices::uniform(2, 1000).unwrap()).unwrap();
         let e = plan_torchrec(&tiny, &cfg).unwrap_err();
         assert!(matches!(e, Error::ReservationExceedsCap { device: 0, cap_bytes: 1000, .. }), "{e}");
-        assert!(e.to_string().contains("16384000 bytes of input indices"), "{e}");
+        assert!(e.to_string().contains("15.6 MiB (16,384,000 bytes) of input indices"), "{e}");
         let bad = TorchRecMemory::new(0.15, 0, 0, 20).unwrap_err().to_string();
         assert!(bad.contains("`batch_per_rank` = 0"), "{bad}");
     }

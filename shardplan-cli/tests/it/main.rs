@@ -365,7 +365,7 @@ fn memory_rule_flags_decide_what_fits_and_are_printed() {
     let small = dir.join("s.json");
     let (o, text) = plan(&["--reserved-fraction", "0.05", "--batch-per-rank", "64", "--dense-bytes", "1MiB"], &small);
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("Memory rule: torchrec (5% of every cap reserved, 1048576 dense bytes"), "{text}");
+    assert!(text.contains("Memory rule: torchrec (5% of every cap reserved, 1.0 MiB of dense parameters"), "{text}");
     let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&small).unwrap()).unwrap();
     let m = doc.report.devices[0].memory;
     assert!(doc.report.feasible && m.buffer_bytes > 0 && m.reserved_bytes + m.usable_bytes == 4 << 30, "{m:?}");
