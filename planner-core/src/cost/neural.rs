@@ -449,6 +449,11 @@ impl IncrementalCompute for NeuralModel {
 
     fn head_ms(&self, sum: &[i64]) -> f64 {
         let k = self.members.len();
+        if let [member] = &self.members[..] {
+            // One model: no members to average (the search's hot path; no allocation).
+            let v = member.native_head.as_ref().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0));
+            return risk_adjusted(&[v], self.risk);
+        }
         let width = sum.len() / k.max(1);
         let members: Vec<f64> = self
             .members

@@ -20,7 +20,7 @@
 //! step prices `D` candidate sets per *distinct* state rather than per grid point; split states are
 //! canonical (a table's pieces laid out widest first), so a state reached twice is searched once; and
 //! set compute goes through [`super::search::Evaluator`] (vector sums + a native head when the model
-//! is incremental, a multiset cache always).
+//! is incremental, a multiset cache otherwise).
 
 use super::search::{DeviceSet, Evaluator, FastMap, FastSet};
 use super::{PlanContext, Planner, Progress, SearchStats, StatsCell, Stopwatch};
@@ -42,7 +42,8 @@ pub struct NeuroShardConfig {
     pub grid_points: usize,
     /// Largest `s` (the grid spans 1.0 ..= this).
     pub max_scale: f64,
-    /// Whether set compute predictions are cached (results are identical either way).
+    /// Whether set compute predictions are cached (results are identical either way). Only models
+    /// without incremental compute are cached: for the others a head call costs less than a lookup.
     pub set_cache: bool,
     /// Cost definition plans are ranked by.
     pub definition: CostDefinition,

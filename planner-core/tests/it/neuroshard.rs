@@ -93,21 +93,32 @@ fn paper_defaults_never_lose_to_the_unsplit_grid_search() {
     assert_eq!(unsplit.split_tables(), 0);
     assert!(cost(&task, &full, model.as_ref()) <= cost(&task, &unsplit, model.as_ref()) + 1e-9);
     assert!(stats.rounds > 0 && stats.grid_searches > 1, "{stats:?}");
-    assert!(stats.hit_rate() > 0.5, "{stats:?}");
+    // An incremental model's set compute is a head call, cheaper than a cache lookup: no cache.
+    assert_eq!(stats.set_cache_hits, 0, "{stats:?}");
 }
 
 #[test]
 fn the_cache_changes_speed_not_plans() {
-    let models: Vec<Box<dyn CostModel>> = vec![Box::new(AnalyticalModel::default()), h100()];
     let task = SuiteSpec::neuroshard(4, 128, 1, 21).task(0).unwrap().task;
+    let off_cfg = NeuroShardConfig { set_cache: false, ..NeuroShardConfig::default() };
+    // A model that prices a set from its pieces is cached; the cache serves repeats and changes nothing.
+    let opaque = Opaque(AnalyticalModel::default());
+    let ctx = PlanContext::new(&opaque, 0);
+    let (on, s_on) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
+    let (off, s_off) = NeuroShard::new(off_cfg).plan_with_stats(&task, &ctx).unwrap();
+    assert_eq!(on, off);
+    assert!(s_on.set_cache_hits > 0 && s_off.set_cache_hits == 0);
+    assert!(s_off.set_cache_misses > s_on.set_cache_misses);
+    // Incremental models (the analytical model, the learned profile's native head) price a set with one
+    // head call over a vector sum, cheaper than hashing the set: no cache, whatever the setting.
+    let models: Vec<Box<dyn CostModel>> = vec![Box::new(AnalyticalModel::default()), h100()];
     for model in &models {
         let ctx = PlanContext::new(model.as_ref(), 0);
         let (on, s_on) = NeuroShard::default().plan_with_stats(&task, &ctx).unwrap();
-        let off_cfg = NeuroShardConfig { set_cache: false, ..NeuroShardConfig::default() };
         let (off, s_off) = NeuroShard::new(off_cfg).plan_with_stats(&task, &ctx).unwrap();
         assert_eq!(on, off, "{}", model.name());
-        assert!(s_on.set_cache_hits > 0 && s_off.set_cache_hits == 0);
-        assert!(s_off.set_cache_misses > s_on.set_cache_misses);
+        assert_eq!((s_on.set_cache_hits, s_off.set_cache_hits), (0, 0), "{}", model.name());
+        assert_eq!(s_on.set_cache_misses, s_off.set_cache_misses, "{}", model.name());
     }
 }
 
