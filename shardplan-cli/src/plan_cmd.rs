@@ -108,12 +108,16 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 println!("stopped early by --budget-ms: the best proposal so far");
             }
         } else {
+            let cache = if stats.set_cache_hits + stats.set_cache_misses > 0 {
+                format!(", set-cache hit rate {:.1}%", 100.0 * stats.hit_rate())
+            } else {
+                String::new()
+            };
             println!(
-                "Search: {:.1} ms, {} grid searches, {} beam rounds, set-cache hit rate {:.1}%{}",
+                "Search: {:.1} ms, {} grid searches, {} beam rounds{cache}{}",
                 plan_time_ms,
                 stats.grid_searches,
                 stats.rounds,
-                100.0 * stats.hit_rate(),
                 if stats.stopped_early { "; stopped early by --budget-ms, best plan so far" } else { "" }
             );
         }

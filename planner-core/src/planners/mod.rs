@@ -110,7 +110,8 @@ impl Stopwatch<'_> {
 pub struct SearchStats {
     /// Set-compute lookups answered by the set cache.
     pub set_cache_hits: u64,
-    /// Set-compute lookups computed (head call, or a model call without incremental compute).
+    /// Set-compute lookups the cache did not answer (a model call; uncached incremental models count
+    /// neither hits nor misses).
     pub set_cache_misses: u64,
     /// Distinct pieces priced.
     pub pieces: u64,

@@ -261,7 +261,6 @@ impl<'a> Evaluator<'a> {
     /// Compute of `set`.
     pub fn set_cost(&mut self, set: &DeviceSet) -> Result<f64> {
         if let (Some(inc), false) = (self.inc, self.use_cache) {
-            self.stats.set_cache_misses += 1;
             return Ok(inc.head_ms(&set.sum));
         }
         self.key.clear();
@@ -279,7 +278,6 @@ impl<'a> Evaluator<'a> {
             for ((s, a), b) in self.sum.iter_mut().zip(&set.sum).zip(&self.vectors[i..i + self.width]) {
                 *s = a + b;
             }
-            self.stats.set_cache_misses += 1;
             return Ok(inc.head_ms(&self.sum));
         }
         self.key.clear();
