@@ -33,10 +33,10 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     if args.devices == 0 || args.devices > 1024 {
         bail!("--devices = {} is invalid: use 1..=1024", args.devices);
     }
-    if (c.batch_size as usize) < args.devices {
+    if (c.run.batch_size as usize) < args.devices {
         bail!(
             "--batch-size = {} is smaller than --devices = {}: every device needs at least one row",
-            c.batch_size,
+            c.run.batch_size,
             args.devices
         );
     }
@@ -44,8 +44,8 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
         bail!("--max-delay-ms = {} is invalid: use a number in (1, 10000]", args.max_delay_ms);
     }
     // Locked first: a second run on this --out fails here, before a backend or guard is set up.
-    let output = collect::lock_output(&c.out)?;
-    let mut backend = make_backend(cli, !c.no_flush)?;
+    let output = collect::lock_output(&c.run.out)?;
+    let mut backend = make_backend(cli, !c.run.no_flush)?;
     if let Some(max) = backend.max_comm_devices()
         && args.devices > max
     {
@@ -65,14 +65,15 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     // The SPEC's delays carry no sampler name; wider ones say so, so a resumed file cannot mix them.
     let sampler = (args.max_delay_ms != 20.0).then(|| format!("delays<{}ms", args.max_delay_ms));
     let tpl = template(backend.as_ref(), c, format!("comm:d{}", args.devices), sampler, empty);
-    let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
+    let plan =
+        RunPlan { out: c.run.out.clone(), samples: c.samples, shard: c.shard, resume: c.run.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
-    let timing = Timing { warmup: c.warmup, reps: c.reps };
-    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
+    let timing = Timing { warmup: c.run.warmup, reps: c.run.reps };
+    let mut guard = start_guard(cli, backend.as_mut(), c.run.batch_size)?;
     let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize), args.max_delay_ms));
     let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, sample| {
         let (times, conditions) = guard.measure(backend.as_mut(), &format!("sample {g}"), false, |b| {
-            b.comm(&sample, c.batch_size as usize, timing)
+            b.comm(&sample, c.run.batch_size as usize, timing)
         })?;
         let mut r = tpl.clone();
         r.conditions = Some(conditions);
@@ -86,5 +87,5 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
         };
         Ok(r)
     })?;
-    Ok(report(&summary, &c.out))
+    Ok(report(&summary, &c.run.out))
 }

@@ -46,18 +46,9 @@ pub fn install_stop_handler() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// Options shared by `compute` and `comm`.
+/// Options of every measuring run: where it writes, whether it resumes, the batch and the repetitions.
 #[derive(Args, Debug, Clone)]
-pub struct CollectArgs {
-    /// Samples of the whole run (all shards together).
-    #[arg(long)]
-    pub samples: u64,
-    /// Base seed; sample g uses `task_seed(seed, g)`.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Measure only samples g with g % n == i.
-    #[arg(long, default_value = "0/1")]
-    pub shard: Shard,
+pub struct RunArgs {
     /// Continue an existing --out file (repairs a truncated last line).
     #[arg(long)]
     pub resume: bool,
@@ -78,11 +69,8 @@ pub struct CollectArgs {
     pub no_flush: bool,
 }
 
-/// Refuses sample counts, batch sizes and repetitions out of range.
-pub fn validate_common(c: &CollectArgs) -> Result<()> {
-    if c.samples == 0 {
-        bail!("--samples = 0 is invalid: measure at least 1 sample");
-    }
+/// Refuses batch sizes and repetitions out of range.
+pub fn validate_run(c: &RunArgs) -> Result<()> {
     if c.batch_size == 0 || c.batch_size > 1 << 22 {
         bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
     }
@@ -90,6 +78,30 @@ pub fn validate_common(c: &CollectArgs) -> Result<()> {
         bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
     }
     Ok(())
+}
+
+/// Options shared by `compute` and `comm`: the samples to draw, and the run's options.
+#[derive(Args, Debug, Clone)]
+pub struct CollectArgs {
+    /// Samples of the whole run (all shards together).
+    #[arg(long)]
+    pub samples: u64,
+    /// Base seed; sample g uses `task_seed(seed, g)`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Measure only samples g with g % n == i.
+    #[arg(long, default_value = "0/1")]
+    pub shard: Shard,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Refuses sample counts, batch sizes and repetitions out of range.
+pub fn validate_common(c: &CollectArgs) -> Result<()> {
+    if c.samples == 0 {
+        bail!("--samples = 0 is invalid: measure at least 1 sample");
+    }
+    validate_run(&c.run)
 }
 
 /// The record every sample of a run starts from (its identity, checked on resume).
@@ -105,10 +117,10 @@ pub fn template(
         sample_index: 0,
         run: RunInfo { seed: c.seed, pool, shard_index: c.shard.index, shard_count: c.shard.count, sampler },
         hardware: backend.hardware().clone(),
-        batch_size: c.batch_size,
+        batch_size: c.run.batch_size,
         dtype: ElementType::Fp32,
         feature_schema: FeatureSchema::NeuroShard20,
-        protocol: Protocol { warmup: c.warmup, reps: c.reps, cache_flush: backend.cache_flush() },
+        protocol: Protocol { warmup: c.run.warmup, reps: c.run.reps, cache_flush: backend.cache_flush() },
         measurement,
         conditions: None,
     }

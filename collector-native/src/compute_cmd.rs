@@ -49,8 +49,8 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let (base, pool_label) = load_base_tables(args.tables.as_deref())?;
     let candidates = workload::augmented_candidates(&base, mem_cap)?;
     // Locked first: a second run on this --out fails here, before a backend or guard is set up.
-    let output = collect::lock_output(&c.out)?;
-    let mut backend = make_backend(cli, !c.no_flush)?;
+    let output = collect::lock_output(&c.run.out)?;
+    let mut backend = make_backend(cli, !c.run.no_flush)?;
     let have = backend.memory_bytes(0)?;
     if mem_cap > have {
         bail!(
@@ -67,14 +67,15 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     // Records of the SPEC sampler carry no sampler name, as before samplers were named.
     let sampler = (args.sampler != Sampler::Spec).then(|| args.sampler.name().to_string());
     let tpl = template(backend.as_ref(), c, pool_label, sampler, empty);
-    let plan = RunPlan { out: c.out.clone(), samples: c.samples, shard: c.shard, resume: c.resume, quiet: cli.quiet };
+    let plan =
+        RunPlan { out: c.run.out.clone(), samples: c.samples, shard: c.shard, resume: c.run.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
-    let timing = Timing { warmup: c.warmup, reps: c.reps };
-    let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
+    let timing = Timing { warmup: c.run.warmup, reps: c.run.reps };
+    let mut guard = start_guard(cli, backend.as_mut(), c.run.batch_size)?;
     let prepare = |g: u64| {
         let seed = task_seed(c.seed, g as usize);
         let set = workload::sample_set(&candidates, args.sampler, args.max_tables, mem_cap, seed)?;
-        let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
+        let bags = set.iter().map(|p| p.bags(c.run.batch_size)).collect::<Result<Vec<_>>>()?;
         Ok((set, bags))
     };
     let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
@@ -82,5 +83,5 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
         let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
         Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
     })?;
-    Ok(report(&summary, &c.out))
+    Ok(report(&summary, &c.run.out))
 }

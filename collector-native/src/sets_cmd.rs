@@ -11,7 +11,8 @@ use crate::Cli;
 use crate::backend::{Timing, check_fp32};
 use crate::collect::{self, RunPlan, Shard};
 use crate::common::{
-    CollectArgs, compute_record, install_stop_handler, make_backend, report, start_guard, template, time_pieces,
+    CollectArgs, RunArgs, compute_record, install_stop_handler, make_backend, report, start_guard, template,
+    time_pieces, validate_run,
 };
 use crate::workload::WorkPiece;
 
@@ -19,44 +20,16 @@ use crate::workload::WorkPiece;
 /// Arguments of `shardplan-collect sets`.
 pub struct SetsArgs {
     #[command(flatten)]
-    pub common: SetsCommon,
+    pub common: RunArgs,
     /// Set requests, one `shardplan.set-request/v1` JSON object per line; line `i` becomes sample `i`.
     #[arg(long)]
     pub requests: PathBuf,
 }
 
-#[derive(Args, Debug, Clone)]
-/// The collection options of `sets` (no sample count, seed or shard: the request file sets them).
-pub struct SetsCommon {
-    /// Continue an existing --out file (repairs a truncated last line).
-    #[arg(long)]
-    pub resume: bool,
-    /// Bags per table (samples in the batch).
-    #[arg(long, default_value_t = 65_536)]
-    pub batch_size: u32,
-    /// Output JSON Lines file.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Untimed runs before the timed ones.
-    #[arg(long, default_value_t = 5)]
-    pub warmup: u32,
-    /// Timed runs (the median is recorded with every run).
-    #[arg(long, default_value_t = 10)]
-    pub reps: u32,
-    /// Do not flush caches before timed runs.
-    #[arg(long)]
-    pub no_flush: bool,
-}
-
 /// `shardplan-collect sets`.
 pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
     let c = &args.common;
-    if c.batch_size == 0 || c.batch_size > 1 << 22 {
-        bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
-    }
-    if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
-        bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
-    }
+    validate_run(c)?;
     let text = std::fs::read_to_string(&args.requests)
         .with_context(|| format!("reading --requests {}", args.requests.display()))?;
     let mut requests: Vec<Vec<WorkPiece>> = Vec::new();
@@ -79,17 +52,8 @@ pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
     let output = collect::lock_output(&c.out)?;
     let mut backend = make_backend(cli, !c.no_flush)?;
     let name = args.requests.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let common = CollectArgs {
-        samples: requests.len() as u64,
-        seed: 0,
-        shard: Shard { index: 0, count: 1 },
-        resume: c.resume,
-        batch_size: c.batch_size,
-        out: c.out.clone(),
-        warmup: c.warmup,
-        reps: c.reps,
-        no_flush: c.no_flush,
-    };
+    let common =
+        CollectArgs { samples: requests.len() as u64, seed: 0, shard: Shard { index: 0, count: 1 }, run: c.clone() };
     let empty = Measurement::Compute {
         tables: Vec::new(),
         fwd: Timings::from_reps(vec![]),

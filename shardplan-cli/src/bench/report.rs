@@ -313,11 +313,7 @@ pub fn markdown(r: &BenchResult) -> String {
             header.push("measured ms");
         }
         out.push(render_table(&header, &rows, true));
-        let summaries: Vec<_> = c.planners.iter().map(|p| p.summary.clone()).collect();
-        let notes = crate::run_one::missing_improvement_notes(&summaries);
-        if !notes.is_empty() {
-            out.push(notes);
-        }
+        push_improvement_notes(&mut out, c.planners.iter().map(|p| &p.summary));
         if let Some(m) = &c.measured {
             out.push(measured_markdown(m));
         }
@@ -399,11 +395,16 @@ pub fn markdown(r: &BenchResult) -> String {
             &rows,
             true,
         ));
-        let summaries: Vec<_> = c.planners.iter().map(|p| p.summary.clone()).collect();
-        let notes = crate::run_one::missing_improvement_notes(&summaries);
-        if !notes.is_empty() {
-            out.push(notes);
-        }
+        push_improvement_notes(&mut out, c.planners.iter().map(|p| &p.summary));
     }
     out.join("\n")
+}
+
+/// Appends why rows show "-" under "vs best baseline", when any do.
+fn push_improvement_notes<'a>(out: &mut Vec<String>, summaries: impl Iterator<Item = &'a PlannerSummary>) {
+    let summaries: Vec<PlannerSummary> = summaries.cloned().collect();
+    let notes = crate::run_one::missing_improvement_notes(&summaries);
+    if !notes.is_empty() {
+        out.push(notes);
+    }
 }
