@@ -15,6 +15,7 @@ mod dynamic;
 mod eval_cmd;
 mod evaluate_cmd;
 mod export_cmd;
+mod heap;
 mod plan_cmd;
 mod pool_cmd;
 mod run_one;
@@ -23,6 +24,9 @@ mod tasks_cmd;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
 
 /// Plan how to shard embedding tables across GPUs.
 #[derive(Parser)]

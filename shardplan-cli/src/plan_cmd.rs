@@ -38,7 +38,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = DEFAULT_MEM)]
     pub mem: String,
     /// Planner (see `shardplan list`).
-    #[arg(long, default_value = "neuroshard")]
+    #[arg(long, default_value = planner_core::planners::DEFAULT_PLANNER)]
     pub algo: String,
     /// Seed for sampling and for randomised planners.
     #[arg(long, default_value_t = 0)]
@@ -96,25 +96,29 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         ctx = ctx.with_budget(&clock, ms);
     }
     let planner = entry.build();
+    let heap_before = crate::heap::reset_peak();
     let plan = planner.plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
     let plan_time_ms = clock();
-    if let Some(stats) = planner.last_stats() {
-        if stats.proposals > 0 {
+    let heap = format_bytes(crate::heap::peak().saturating_sub(heap_before) as u64);
+    match planner.last_stats() {
+        None => println!("Search: {plan_time_ms:.1} ms, peak heap {heap}"),
+        Some(stats) if stats.proposals > 0 => {
             println!(
-                "Search: {plan_time_ms:.1} ms; TorchRec's planner partitioned {} proposals, {} fit",
+                "Search: {plan_time_ms:.1} ms, peak heap {heap}; TorchRec's planner partitioned {} proposals, {} fit",
                 stats.proposals, stats.proposals_fit
             );
             if stats.stopped_early {
                 println!("stopped early by --budget-ms: the best proposal so far");
             }
-        } else {
+        }
+        Some(stats) => {
             let cache = if stats.set_cache_hits + stats.set_cache_misses > 0 {
                 format!(", set-cache hit rate {:.1}%", 100.0 * stats.hit_rate())
             } else {
                 String::new()
             };
             println!(
-                "Search: {:.1} ms, {} grid searches, {} beam rounds{cache}{}",
+                "Search: {:.1} ms, peak heap {heap}, {} grid searches, {} beam rounds{cache}{}",
                 plan_time_ms,
                 stats.grid_searches,
                 stats.rounds,

@@ -21,6 +21,8 @@ pub struct Run {
     pub failure: Option<String>,
     /// The planner's counters of this run, for planners that keep them.
     pub stats: Option<SearchStats>,
+    /// Most heap bytes the process held while planning, above what it held before.
+    pub peak_heap_bytes: u64,
 }
 
 /// Runs `planner` (registered as `name`) on `st` and prices its plan with `model` under `definition`.
@@ -33,9 +35,11 @@ pub fn run_one(
     definition: CostDefinition,
 ) -> Result<Run> {
     let ctx = PlanContext::new(model, st.seed);
+    let before = crate::heap::reset_peak();
     let start = Instant::now();
     let result = planner.plan(&st.task, &ctx);
     let plan_time_ms = start.elapsed().as_secs_f64() * 1e3;
+    let peak_heap_bytes = crate::heap::peak().saturating_sub(before) as u64;
     let stats = planner.last_stats();
     let (solved, failure) = match result {
         Ok(plan) => {
@@ -48,7 +52,7 @@ pub fn run_one(
         Err(e) => return Err(anyhow::Error::new(e).context(format!("planner `{name}` on task {}", st.index))),
     };
     let cost_ms = solved.as_ref().map(|(_, report)| report.cost_ms);
-    Ok(Run { solved, outcome: TaskOutcome { cost_ms, plan_time_ms }, failure, stats })
+    Ok(Run { solved, outcome: TaskOutcome { cost_ms, plan_time_ms }, failure, stats, peak_heap_bytes })
 }
 
 /// Each planner's summary over its outcomes, with the improvement over the best of the registry's

@@ -235,14 +235,26 @@ impl NativeMlp {
         if let [_, last] = &self.layers[..]
             && last.outputs == 1
         {
-            let mut out = last.bias[0];
-            for ((s, b), w) in sum.iter().zip(&first.bias).zip(&last.weights) {
-                let mut h = *s as f64 / super::incremental::FIXED_SCALE + b;
-                if first.relu {
-                    h = h.max(0.0);
+            // Eight partial sums in a fixed order: the same value for the same input every time, without
+            // one long chain of dependent additions (the search's hot loop).
+            let hidden = |s: i64, b: f64| {
+                let h = s as f64 / super::incremental::FIXED_SCALE + b;
+                if first.relu { h.max(0.0) } else { h }
+            };
+            let n = sum.len().min(first.bias.len()).min(last.weights.len());
+            let (sum, bias, weights) = (&sum[..n], &first.bias[..n], &last.weights[..n]);
+            let mut acc = [0.0f64; 8];
+            for ((s, b), w) in sum.chunks_exact(8).zip(bias.chunks_exact(8)).zip(weights.chunks_exact(8)) {
+                for l in 0..8 {
+                    acc[l] += w[l] * hidden(s[l], b[l]);
                 }
-                out += w * h;
             }
+            let tail = n - n % 8;
+            for j in tail..n {
+                acc[0] += weights[j] * hidden(sum[j], bias[j]);
+            }
+            let out =
+                last.bias[0] + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
             return if last.relu { out.max(0.0) } else { out };
         }
         let projection = super::incremental::from_fixed(sum);

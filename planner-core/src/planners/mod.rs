@@ -5,6 +5,7 @@ pub mod autoshard;
 pub mod baselines;
 pub mod dreamshard;
 pub mod neuroshard;
+pub mod portfolio;
 pub mod refine;
 pub(crate) mod search;
 pub mod torchrec;
@@ -228,6 +229,9 @@ impl PlannerEntry {
     }
 }
 
+/// The planner `shardplan plan` and the page use when none is named.
+pub const DEFAULT_PLANNER: &str = "auto";
+
 /// Every planner, in report order.
 pub const REGISTRY: &[PlannerEntry] = &[
     PlannerEntry {
@@ -273,6 +277,29 @@ pub const REGISTRY: &[PlannerEntry] = &[
         make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
     },
     PlannerEntry {
+        name: "neuroshard-fast",
+        summary: "NeuroShard's search at scale: each greedy step prices the 4 least-loaded devices; 5 split candidates per ranking past 512 tables x devices",
+        is_seed_baseline: false,
+        make: || Box::new(neuroshard::NeuroShard::named("neuroshard-fast", neuroshard::NeuroShardConfig::at_scale())),
+    },
+    PlannerEntry {
+        name: "neuroshard-fast+refine",
+        summary: "neuroshard-fast, then local search (move, swap, merge, split) under the cost model",
+        is_seed_baseline: false,
+        make: || Box::new(neuroshard_fast_refined()),
+    },
+    PlannerEntry {
+        name: DEFAULT_PLANNER,
+        summary: "the default: size-lookup+refine, then neuroshard-fast+refine; the cheaper plan within memory",
+        is_seed_baseline: false,
+        make: || {
+            Box::new(portfolio::Portfolio::new(
+                DEFAULT_PLANNER,
+                vec![Box::new(size_lookup_refined()), Box::new(neuroshard_fast_refined())],
+            ))
+        },
+    },
+    PlannerEntry {
         name: "autoshard",
         summary: "AutoShard: an LSTM policy trained by actor-critic (V-trace) places tables one by one, greedily",
         is_seed_baseline: false,
@@ -282,12 +309,7 @@ pub const REGISTRY: &[PlannerEntry] = &[
         name: "size-lookup+refine",
         summary: "the size-lookup greedy baseline, then local search (move, swap, merge, split)",
         is_seed_baseline: false,
-        make: || {
-            Box::new(refine::Refined::new(
-                "size-lookup+refine",
-                Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
-            ))
-        },
+        make: || Box::new(size_lookup_refined()),
     },
     PlannerEntry {
         name: "dreamshard",
@@ -302,6 +324,17 @@ pub const REGISTRY: &[PlannerEntry] = &[
         make: || Box::new(torchrec::TorchRecPlanner::default()),
     },
 ];
+
+fn size_lookup_refined() -> refine::Refined {
+    refine::Refined::new("size-lookup+refine", Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)))
+}
+
+fn neuroshard_fast_refined() -> refine::Refined {
+    refine::Refined::new(
+        "neuroshard-fast+refine",
+        Box::new(neuroshard::NeuroShard::named("neuroshard-fast", neuroshard::NeuroShardConfig::at_scale())),
+    )
+}
 
 /// Looks a planner up by name.
 pub fn planner(name: &str) -> Result<&'static PlannerEntry> {

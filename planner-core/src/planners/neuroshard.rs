@@ -15,6 +15,13 @@
 //!   the caps first, then cost, so that from an infeasible start (a table larger than any device) the
 //!   beam walks towards the splits that make it fit.
 //!
+//! **At scale** ([`NeuroShardConfig::at_scale`], registered as `neuroshard-fast`): a greedy step
+//! prices, for every grid point, only the `k` devices with the least predicted compute so far that may
+//! take the piece (the paper prices all `D`, here `k = 4`), and on a task of more than 512 tables ×
+//! devices each beam state proposes its top 5 pieces by each ranking instead of 10. A step then costs
+//! `O(k · groups)` model calls instead of `O(D · groups)`, and a large task's round at most half as
+//! many grid searches. With `k ≥ D` the pricing is the paper's.
+//!
 //! Speed (the paper's search took 10.75 s per task): the grid points run in lockstep — all `s`
 //! values share one greedy state until their constraints first choose different devices, so each
 //! step prices `D` candidate sets per *distinct* state rather than per grid point; split states are
@@ -47,7 +54,19 @@ pub struct NeuroShardConfig {
     pub set_cache: bool,
     /// Cost definition plans are ranked by.
     pub definition: CostDefinition,
+    /// Devices priced per greedy step: `Some(k)` prices, for every grid point, only the `k` devices
+    /// with the least predicted compute so far among those the piece may go to (ties: fewer bytes, lower
+    /// index); `None` prices every device (the paper). With `k` at least the device count the two are
+    /// the same search.
+    #[serde(default)]
+    pub device_candidates: Option<usize>,
+    /// N on a large task (more than [`LARGE_TASK`] tables × devices); `None`: `candidates` at every size.
+    #[serde(default)]
+    pub candidates_when_large: Option<usize>,
 }
+
+/// Tables × devices above which [`NeuroShardConfig::candidates_when_large`] applies.
+pub const LARGE_TASK: usize = 512;
 
 impl Default for NeuroShardConfig {
     fn default() -> Self {
@@ -59,6 +78,8 @@ impl Default for NeuroShardConfig {
             max_scale: 1.5,
             set_cache: true,
             definition: CostDefinition::NeuroShard,
+            device_candidates: None,
+            candidates_when_large: None,
         }
     }
 }
@@ -76,7 +97,27 @@ impl NeuroShardConfig {
         if !self.max_scale.is_finite() || self.max_scale < 1.0 {
             return Err(Error::field(ctx, "max_scale", self.max_scale, "a finite number >= 1"));
         }
+        if self.device_candidates == Some(0) {
+            return Err(Error::field(ctx, "device_candidates", 0, "at least 1 (or none: every device)"));
+        }
         Ok(())
+    }
+
+    /// The search at scale (`neuroshard-fast`, the default planner's first stage): each greedy step
+    /// prices the 4 least-loaded devices the piece may go to, and on a large task each beam state
+    /// proposes its top 5 pieces by bytes and by compute instead of 10 (docs/NEUROSHARD.md, "Planning
+    /// time at scale").
+    #[must_use]
+    pub fn at_scale() -> Self {
+        Self { device_candidates: Some(4), candidates_when_large: Some(5), ..Self::default() }
+    }
+
+    /// N for `task`.
+    fn candidates_for(&self, task: &Task) -> usize {
+        match self.candidates_when_large {
+            Some(n) if task.tables.len().saturating_mul(task.devices.count()) > LARGE_TASK => n,
+            _ => self.candidates,
+        }
     }
 
     fn scales(&self) -> Vec<f64> {
@@ -89,18 +130,30 @@ impl NeuroShardConfig {
 }
 
 /// The NeuroShard planner.
-#[derive(Default)]
 pub struct NeuroShard {
     /// Hyper-parameters.
     pub config: NeuroShardConfig,
+    name: &'static str,
     stats: StatsCell,
 }
 
+impl Default for NeuroShard {
+    fn default() -> Self {
+        Self::new(NeuroShardConfig::default())
+    }
+}
+
 impl NeuroShard {
-    /// A planner with `config`.
+    /// A planner with `config`, registered as `neuroshard`.
     #[must_use]
     pub fn new(config: NeuroShardConfig) -> Self {
-        Self { config, stats: StatsCell::default() }
+        Self::named("neuroshard", config)
+    }
+
+    /// A planner with `config`, reporting itself as `name`.
+    #[must_use]
+    pub fn named(name: &'static str, config: NeuroShardConfig) -> Self {
+        Self { config, name, stats: StatsCell::default() }
     }
 
     /// Plans `task` and returns the search's counters with the plan.
@@ -117,7 +170,7 @@ impl NeuroShard {
         self.config.validate()?;
         // The budget counts from here: pricing every piece up front is part of the search.
         let watch = ctx.stopwatch();
-        let mut search = Search::new(task, ctx.cost_model, self.config)?;
+        let mut search = Search::new(self.name, task, ctx.cost_model, self.config)?;
         let result = search.run(&watch);
         let stats = search.ev.stats;
         self.stats.set(stats);
@@ -127,7 +180,7 @@ impl NeuroShard {
 
 impl Planner for NeuroShard {
     fn name(&self) -> &'static str {
-        "neuroshard"
+        self.name
     }
 
     fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
@@ -172,9 +225,32 @@ struct Group {
     sets: Vec<DeviceSet>,
     compute: Vec<f64>,
     devices: Vec<usize>,
+    /// Devices by (compute, bytes, index); kept only when devices are priced by load
+    /// ([`NeuroShardConfig::device_candidates`]).
+    by_load: Vec<usize>,
+}
+
+impl Group {
+    /// Puts `piece` (id `id`, at position `at` of the state's pieces) on device `d`, whose set's compute
+    /// with it is `compute`.
+    fn place(&mut self, ev: &Evaluator<'_>, at: usize, id: u32, d: usize, compute: f64) {
+        ev.add(&mut self.sets[d], id);
+        self.compute[d] = compute;
+        self.devices[at] = d;
+        if !self.by_load.is_empty() {
+            if let Some(pos) = self.by_load.iter().position(|&x| x == d) {
+                self.by_load.remove(pos);
+            }
+            let (sets, load) = (&self.sets, &self.compute);
+            let before = |x: usize| load[x].total_cmp(&load[d]).then(sets[x].bytes.cmp(&sets[d].bytes)).then(x.cmp(&d));
+            let pos = self.by_load.partition_point(|&x| before(x).is_lt());
+            self.by_load.insert(pos, d);
+        }
+    }
 }
 
 struct Search<'t> {
+    name: &'static str,
     ev: Evaluator<'t>,
     config: NeuroShardConfig,
     scales: Vec<f64>,
@@ -198,7 +274,7 @@ fn layout(state: &State) -> Vec<(usize, u32, u32)> {
 }
 
 impl<'t> Search<'t> {
-    fn new(task: &'t Task, model: &'t dyn CostModel, config: NeuroShardConfig) -> Result<Self> {
+    fn new(name: &'static str, task: &'t Task, model: &'t dyn CostModel, config: NeuroShardConfig) -> Result<Self> {
         let mut ev = Evaluator::new(task, model, config.definition, config.set_cache)?;
         // Every piece any split can make, priced in one batch.
         let mut all = Vec::new();
@@ -213,7 +289,7 @@ impl<'t> Search<'t> {
             }
         }
         ev.register(&all)?;
-        Ok(Self { ev, scales: config.scales(), config, memo: FastMap::default(), hurry: false })
+        Ok(Self { name, ev, scales: config.scales(), config, memo: FastMap::default(), hurry: false })
     }
 
     fn ids(&mut self, pieces: &[(usize, u32, u32)]) -> Result<Vec<u32>> {
@@ -243,13 +319,17 @@ impl<'t> Search<'t> {
         let avg = total_dims as f64 / n_dev as f64;
         let limits: Vec<f64> = self.scales.iter().map(|s| s * avg).collect();
         let empty = self.ev.empty_set();
+        let by_load = self.config.device_candidates.filter(|&k| k < n_dev);
         let mut groups = vec![Group {
             scales: (0..self.scales.len()).collect(),
             sets: vec![empty; n_dev],
             compute: vec![0.0; n_dev],
             devices: vec![usize::MAX; ids.len()],
+            by_load: if by_load.is_some() { (0..n_dev).collect() } else { Vec::new() },
         }];
         let mut costs = vec![f64::NAN; n_dev];
+        let mut cands: Vec<usize> = Vec::with_capacity(n_dev);
+        let mut counts: Vec<usize> = Vec::with_capacity(self.scales.len());
         for &i in &order {
             if !self.hurry && watch.out_of_time() {
                 self.ev.stats.stopped_early = true;
@@ -261,28 +341,53 @@ impl<'t> Search<'t> {
             }
             let id = ids[i];
             let info = self.ev.pieces[id as usize];
+            let dim = u64::from(info.dim);
             let mut next: Vec<Group> = Vec::with_capacity(groups.len());
             for g in groups {
+                // The grid points' scales are in increasing order: the last is the loosest limit.
+                let loosest = g.scales.last().map_or(f64::NEG_INFINITY, |&s| limits[s]);
+                cands.clear();
                 if self.hurry {
-                    let limit = g.scales.iter().map(|&s| limits[s]).fold(f64::NEG_INFINITY, f64::max);
-                    let within = |d: usize| (g.sets[d].dims + u64::from(info.dim)) as f64 <= limit + 1e-9;
-                    let pick = self.least_loaded(&g.sets, &g.compute, id, within);
-                    costs.fill(f64::NAN);
-                    if let Some(d) = pick {
-                        costs[d] = self.ev.set_cost_with(&g.sets[d], id)?;
+                    let within = |d: usize| (g.sets[d].dims + dim) as f64 <= loosest + 1e-9;
+                    if let Some(d) = self.least_loaded(&g.sets, &g.compute, id, within) {
+                        cands.push(d);
+                    }
+                } else if let Some(k) = by_load {
+                    // The k least-loaded devices each grid point may use (union over the grid points).
+                    counts.clear();
+                    counts.resize(g.scales.len(), 0);
+                    for &d in &g.by_load {
+                        if !self.ev.fits(&g.sets[d], d, id) {
+                            continue;
+                        }
+                        let need = (g.sets[d].dims + dim) as f64;
+                        let Some(j) = g.scales.iter().position(|&s| need <= limits[s] + 1e-9) else { continue };
+                        if counts[j..].iter().all(|&c| c >= k) {
+                            continue;
+                        }
+                        cands.push(d);
+                        for c in &mut counts[j..] {
+                            *c += 1;
+                        }
+                        if counts[0] >= k {
+                            break;
+                        }
                     }
                 } else {
-                    for (d, (cost, set)) in costs.iter_mut().zip(&g.sets).enumerate() {
-                        *cost = if self.ev.fits(set, d, id) { self.ev.set_cost_with(set, id)? } else { f64::NAN };
-                    }
+                    cands.extend((0..n_dev).filter(|&d| {
+                        (g.sets[d].dims + dim) as f64 <= loosest + 1e-9 && self.ev.fits(&g.sets[d], d, id)
+                    }));
+                }
+                for &d in &cands {
+                    costs[d] = self.ev.set_cost_with(&g.sets[d], id)?;
                 }
                 // Each grid point's choice; grid points choosing alike stay together.
                 let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
                 for &s in &g.scales {
-                    let best = (0..n_dev)
-                        .filter(|&d| {
-                            !costs[d].is_nan() && (g.sets[d].dims + u64::from(info.dim)) as f64 <= limits[s] + 1e-9
-                        })
+                    let best = cands
+                        .iter()
+                        .copied()
+                        .filter(|&d| (g.sets[d].dims + dim) as f64 <= limits[s] + 1e-9)
                         .min_by(|&a, &b| {
                             costs[a].total_cmp(&costs[b]).then(g.sets[a].bytes.cmp(&g.sets[b].bytes)).then(a.cmp(&b))
                         });
@@ -298,16 +403,12 @@ impl<'t> Search<'t> {
                 for (d, scales) in by_device {
                     let mut h = g.clone();
                     h.scales = scales;
-                    self.ev.add(&mut h.sets[d], id);
-                    h.compute[d] = costs[d];
-                    h.devices[i] = d;
+                    h.place(&self.ev, i, id, d, costs[d]);
                     next.push(h);
                 }
                 if let Some((d, scales)) = last {
                     g.scales = scales;
-                    self.ev.add(&mut g.sets[d], id);
-                    g.compute[d] = costs[d];
-                    g.devices[i] = d;
+                    g.place(&self.ev, i, id, d, costs[d]);
                     next.push(g);
                 }
             }
@@ -407,7 +508,7 @@ impl<'t> Search<'t> {
             let id = self.ev.register(&[(t, d, self.ev.task.tables[t].rows)])?[0];
             info.push((self.ev.pieces[id as usize].size_bytes, self.ev.single_cost(id)?));
         }
-        let n = self.config.candidates;
+        let n = self.config.candidates_for(self.ev.task);
         let mut by_size: Vec<usize> = (0..distinct.len()).collect();
         by_size.sort_by(|&a, &b| info[b].0.cmp(&info[a].0).then(a.cmp(&b)));
         let mut by_cost: Vec<usize> = (0..distinct.len()).collect();
@@ -426,7 +527,7 @@ impl<'t> Search<'t> {
     fn run(&mut self, watch: &Stopwatch<'_>) -> Result<(Plan, Option<Error>)> {
         let root: State = self.ev.task.tables.iter().map(|t| vec![t.dim]).collect();
         let first = self.grid(&root, watch, true)?.ok_or_else(|| Error::NoPlan {
-            planner: "neuroshard".into(),
+            planner: self.name.into(),
             reason: "the first grid search stopped without a plan".into(),
         })?;
         let mut best_any: (State, Outcome) = (root.clone(), first.clone());
@@ -434,7 +535,7 @@ impl<'t> Search<'t> {
         let mut beam = vec![root];
         'rounds: for round in 0..self.config.max_rounds {
             let progress = Progress {
-                planner: "neuroshard",
+                planner: self.name,
                 step: round,
                 max_steps: self.config.max_rounds,
                 best_cost_ms: best.as_ref().map(|b| b.1.cost_ms),
@@ -445,6 +546,7 @@ impl<'t> Search<'t> {
             }
             let mut proposals: Vec<(State, Outcome)> = Vec::new();
             let mut seen: FastSet<State> = FastSet::default();
+            let mut wanted: Vec<State> = Vec::new();
             for state in &beam {
                 for (t, d) in self.candidates(state)? {
                     let mut next = state.clone();
@@ -460,23 +562,25 @@ impl<'t> Search<'t> {
                         dims.push(d / 2);
                         dims.sort_unstable_by(|a, b| b.cmp(a));
                     }
-                    if !seen.insert(next.clone()) {
-                        continue;
+                    if seen.insert(next.clone()) {
+                        wanted.push(next);
                     }
-                    let Some(o) = self.grid(&next, watch, false)? else {
-                        break 'rounds;
-                    };
-                    if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
-                        best = Some((next.clone(), o.clone()));
-                    }
-                    if o.rank() < best_any.1.rank() {
-                        best_any = (next.clone(), o.clone());
-                    }
-                    proposals.push((next, o));
-                    if watch.out_of_time() {
-                        self.ev.stats.stopped_early = true;
-                        break 'rounds;
-                    }
+                }
+            }
+            for next in wanted {
+                let Some(o) = self.grid(&next, watch, false)? else {
+                    break 'rounds;
+                };
+                if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
+                    best = Some((next.clone(), o.clone()));
+                }
+                if o.rank() < best_any.1.rank() {
+                    best_any = (next.clone(), o.clone());
+                }
+                proposals.push((next, o));
+                if watch.out_of_time() {
+                    self.ev.stats.stopped_early = true;
+                    break 'rounds;
                 }
             }
             if proposals.is_empty() {
@@ -495,7 +599,7 @@ impl<'t> Search<'t> {
             let no_fit = if self.ev.stats.stopped_early {
                 // Splitting might have made it fit: say what stopped the search, not that nothing fits.
                 Error::NoPlan {
-                    planner: "neuroshard".into(),
+                    planner: self.name.into(),
                     reason: format!(
                         "stopped by its budget or callback before a plan within memory was found (after {} grid searches, table `{name}` ({}) still fit on no device); allow more time",
                         self.ev.stats.grid_searches,

@@ -9,11 +9,17 @@
 //! its usable memory (an overfull input, e.g. from `random`, is first driven towards fitting: fewer
 //! bytes over always wins).
 //!
-//! First improvement: each pass visits the neighbourhood in a seeded random order and restarts after
-//! an accepted change; it ends at a local optimum, after `max_passes` accepted changes, after
-//! `max_evaluations` priced neighbours, or when the budget or the progress callback says stop. Only
-//! the two devices a change touches are re-priced, through the same evaluator NeuroShard uses
-//! (vector sums and a set cache). Row-wise pieces are never moved, swapped, merged or split one by one:
+//! First improvement, bottleneck first: each pass visits, in a seeded random order, the changes that
+//! involve the plan's bottleneck device (a piece there moved, split, swapped, merged, or its table made
+//! row-wise), and only when none of them helps the rest of the neighbourhood; it restarts after an
+//! accepted change and ends at a local optimum of the whole neighbourhood, after `max_passes` accepted
+//! changes, after `max_evaluations` priced neighbours, or when the budget or the progress callback says
+//! stop. (An overfull plan looks at the whole neighbourhood each pass.) The plan's cost is its
+//! bottleneck's time, so a change elsewhere rarely lowers it: looking there first finds improvements
+//! after far fewer priced neighbours, and a pass no longer builds and shuffles every swap of a
+//! thousand-piece plan. Only the devices a change touches are re-priced, through the same evaluator
+//! NeuroShard uses (vector sums and a set cache), and a neighbour is priced from its device sets
+//! alone (the piece list is rebuilt only for a change kept). Row-wise pieces are never moved, swapped, merged or split one by one:
 //! a row-wise table keeps one range per device, the layout TorchRec builds.
 
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
@@ -77,6 +83,17 @@ enum Change {
 /// Device sets a change touches, by device, as they would be after it.
 type Touched = Vec<(usize, DeviceSet)>;
 
+/// Which part of the neighbourhood a pass looks at ([`State::changes`]).
+#[derive(Debug, Clone, Copy)]
+enum Focus {
+    /// Every change.
+    All,
+    /// The changes that involve the device (the bottleneck: where a cheaper plan must start).
+    Only(usize),
+    /// The changes that do not.
+    Except(usize),
+}
+
 struct State<'t> {
     ev: Evaluator<'t>,
     pieces: Vec<RPiece>,
@@ -84,6 +101,8 @@ struct State<'t> {
     compute: Vec<f64>,
     cost_ms: f64,
     overflow: u128,
+    /// The device whose time is the plan's cost.
+    bottleneck: usize,
 }
 
 impl State<'_> {
@@ -92,40 +111,72 @@ impl State<'_> {
         Ok(self.ev.register(&[(table, dim, r)])?[0])
     }
 
-    fn changes(&self) -> Vec<Change> {
+    /// The neighbourhood, or the part of it `focus` selects: a change involves a device when one of
+    /// the pieces it moves, splits or merges is there (a swap: either piece; a table-wide change: any
+    /// piece of the table).
+    fn changes(&self, focus: Focus) -> Vec<Change> {
         let n_dev = self.sets.len();
-        let n = self.pieces.len();
         let equal_blocks = self.ev.task.splits == SplitRule::TorchRec;
+        let on = |i: usize| match focus {
+            Focus::All => true,
+            Focus::Only(b) | Focus::Except(b) => self.pieces[i].device == b,
+        };
+        let mut table_on = vec![false; self.ev.task.tables.len()];
+        for (i, p) in self.pieces.iter().enumerate() {
+            table_on[p.table] |= on(i);
+        }
+        let keep = |involved: bool| match focus {
+            Focus::All => true,
+            Focus::Only(_) => involved,
+            Focus::Except(_) => !involved,
+        };
         let mut out = Vec::new();
         let mut row_tables: Vec<usize> = Vec::new();
+        // Swaps pair a piece with any later piece on another device; under `Only`, only the pieces on
+        // the focus device start a pair (each pair once).
+        let column: Vec<usize> = (0..self.pieces.len()).filter(|&j| self.pieces[j].rows.is_none()).collect();
         for (i, p) in self.pieces.iter().enumerate() {
             if p.rows.is_some() {
                 if !row_tables.contains(&p.table) {
                     row_tables.push(p.table);
-                    out.extend((0..n_dev).map(|d| Change::Whole(p.table, d)));
+                    if keep(table_on[p.table]) {
+                        out.extend((0..n_dev).map(|d| Change::Whole(p.table, d)));
+                    }
                 }
                 continue;
             }
             let t = &self.ev.task.tables[p.table];
             // Once per table, at its first-column piece.
-            if p.off == 0 && n_dev > 1 && t.rows >= 2 {
+            if p.off == 0 && n_dev > 1 && t.rows >= 2 && keep(table_on[p.table]) {
                 out.push(Change::RowWise(p.table));
             }
-            for d in (0..n_dev).filter(|&d| d != p.device) {
-                out.push(Change::Move(i, d));
-                let t = &self.ev.task.tables[p.table];
-                let half = p.dim / 2;
-                if equal_blocks {
-                    if p.dim.is_multiple_of(8) {
-                        out.push(Change::Halve(i, d));
+            if keep(on(i)) {
+                for d in (0..n_dev).filter(|&d| d != p.device) {
+                    out.push(Change::Move(i, d));
+                    let half = p.dim / 2;
+                    if equal_blocks {
+                        if p.dim.is_multiple_of(8) {
+                            out.push(Change::Halve(i, d));
+                        }
+                    } else if p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two()
+                    {
+                        out.push(Change::Split(i, d));
                     }
-                } else if p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two() {
-                    out.push(Change::Split(i, d));
                 }
             }
-            for j in i + 1..n {
-                if self.pieces[j].device != p.device && self.pieces[j].rows.is_none() {
-                    out.push(Change::Swap(i, j));
+            match focus {
+                Focus::Only(_) if on(i) => {
+                    for &j in column.iter().filter(|&&j| self.pieces[j].device != p.device) {
+                        out.push(Change::Swap(i.min(j), i.max(j)));
+                    }
+                }
+                Focus::Only(_) => {}
+                _ => {
+                    for &j in column.iter().filter(|&&j| j > i && self.pieces[j].device != p.device) {
+                        if keep(on(i) || on(j)) {
+                            out.push(Change::Swap(i, j));
+                        }
+                    }
                 }
             }
         }
@@ -136,7 +187,7 @@ impl State<'_> {
                 .filter(|p| p.off == 0 && p.rows.is_none() && p.dim < self.ev.task.tables[p.table].dim)
             {
                 let blocks = self.ev.task.tables[p.table].dim / p.dim;
-                if blocks.is_multiple_of(2) {
+                if blocks.is_multiple_of(2) && keep(table_on[p.table]) {
                     out.push(Change::Pair(p.table, false));
                     out.push(Change::Pair(p.table, true));
                 }
@@ -157,6 +208,7 @@ impl State<'_> {
                 .pieces
                 .iter()
                 .position(|b| b.table == a.table && b.rows.is_none() && b.dim == a.dim && b.off == a.off + a.dim)
+                && keep(on(i) || on(j))
             {
                 out.push(Change::Merge(i, j, a.device));
                 if self.pieces[j].device != a.device {
@@ -167,9 +219,10 @@ impl State<'_> {
         out
     }
 
-    /// The pieces and device sets after `change`, for the devices it touches.
-    fn apply(&mut self, change: Change) -> Result<(Vec<RPiece>, Touched)> {
-        let mut pieces = self.pieces.clone();
+    /// The device sets after `change`, for the devices it touches, and (with `edit`) the pieces after it
+    /// (a neighbour is priced from its sets alone; the pieces are rebuilt only for a change kept).
+    fn apply(&mut self, change: Change, edit: bool) -> Result<(Option<Vec<RPiece>>, Touched)> {
+        let mut out: Option<Vec<RPiece>> = edit.then(|| self.pieces.clone());
         let mut touched: Touched = Vec::new();
         let set = |touched: &mut Touched, device: usize, sets: &[DeviceSet]| -> usize {
             if let Some(k) = touched.iter().position(|(x, _)| *x == device) {
@@ -181,26 +234,30 @@ impl State<'_> {
         };
         match change {
             Change::Move(at, to) => {
-                let p = pieces[at];
+                let p = self.pieces[at];
                 let k = set(&mut touched, p.device, &self.sets);
                 self.ev.remove(&mut touched[k].1, p.id);
                 let k = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[k].1, p.id);
-                pieces[at].device = to;
+                if let Some(pieces) = out.as_mut() {
+                    pieces[at].device = to;
+                }
             }
             Change::Swap(first, second) => {
-                let (a, b) = (pieces[first], pieces[second]);
+                let (a, b) = (self.pieces[first], self.pieces[second]);
                 let ka = set(&mut touched, a.device, &self.sets);
                 let kb = set(&mut touched, b.device, &self.sets);
                 self.ev.remove(&mut touched[ka].1, a.id);
                 self.ev.add(&mut touched[ka].1, b.id);
                 self.ev.remove(&mut touched[kb].1, b.id);
                 self.ev.add(&mut touched[kb].1, a.id);
-                pieces[first].device = b.device;
-                pieces[second].device = a.device;
+                if let Some(pieces) = out.as_mut() {
+                    pieces[first].device = b.device;
+                    pieces[second].device = a.device;
+                }
             }
             Change::Merge(left, right, to) => {
-                let (a, b) = (pieces[left], pieces[right]);
+                let (a, b) = (self.pieces[left], self.pieces[right]);
                 let merged = self.id(a.table, a.dim * 2, None)?;
                 let ka = set(&mut touched, a.device, &self.sets);
                 self.ev.remove(&mut touched[ka].1, a.id);
@@ -208,28 +265,32 @@ impl State<'_> {
                 self.ev.remove(&mut touched[kb].1, b.id);
                 let kd = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[kd].1, merged);
-                pieces[left] = RPiece { dim: a.dim * 2, device: to, id: merged, ..a };
-                pieces.remove(right);
+                if let Some(pieces) = out.as_mut() {
+                    pieces[left] = RPiece { dim: a.dim * 2, device: to, id: merged, ..a };
+                    pieces.remove(right);
+                }
             }
             Change::Split(at, to) => {
-                let p = pieces[at];
+                let p = self.pieces[at];
                 let half = self.id(p.table, p.dim / 2, None)?;
                 let ks = set(&mut touched, p.device, &self.sets);
                 self.ev.remove(&mut touched[ks].1, p.id);
                 self.ev.add(&mut touched[ks].1, half);
                 let kd = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[kd].1, half);
-                pieces[at] = RPiece { dim: p.dim / 2, id: half, ..p };
-                pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: to, id: half, ..p });
+                if let Some(pieces) = out.as_mut() {
+                    pieces[at] = RPiece { dim: p.dim / 2, id: half, ..p };
+                    pieces.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: to, id: half, ..p });
+                }
             }
             Change::RowWise(table) => {
-                for p in pieces.iter().filter(|p| p.table == table) {
+                for p in self.pieces.iter().filter(|p| p.table == table) {
                     let k = set(&mut touched, p.device, &self.sets);
                     self.ev.remove(&mut touched[k].1, p.id);
                 }
-                pieces.retain(|p| p.table != table);
                 let t = &self.ev.task.tables[table];
                 let (rows, dim) = (t.rows, t.dim);
+                let mut added = Vec::new();
                 let mut offset = 0;
                 for (d, count) in
                     super::torchrec::row_split(rows, self.ev.task.devices.mem_cap_bytes()).into_iter().enumerate()
@@ -242,13 +303,19 @@ impl State<'_> {
                     let id = self.id(table, dim, Some(range))?;
                     let k = set(&mut touched, d, &self.sets);
                     self.ev.add(&mut touched[k].1, id);
-                    pieces.push(RPiece { table, off: 0, dim, rows: Some(range), device: d, id });
+                    added.push(RPiece { table, off: 0, dim, rows: Some(range), device: d, id });
+                }
+                if let Some(pieces) = out.as_mut() {
+                    pieces.retain(|p| p.table != table);
+                    pieces.extend(added);
                 }
             }
             Change::Halve(at, to) => {
-                let table = pieces[at].table;
+                let table = self.pieces[at].table;
+                let blocks: Vec<(usize, RPiece)> =
+                    self.pieces.iter().copied().enumerate().filter(|(_, p)| p.table == table).collect();
                 let mut halves = Vec::new();
-                for (k, p) in pieces.iter().enumerate().filter(|(_, p)| p.table == table) {
+                for (k, p) in blocks {
                     let half = self.id(table, p.dim / 2, None)?;
                     let ks = set(&mut touched, p.device, &self.sets);
                     self.ev.remove(&mut touched[ks].1, p.id);
@@ -256,16 +323,18 @@ impl State<'_> {
                     let second = if k == at { to } else { p.device };
                     let kd = set(&mut touched, second, &self.sets);
                     self.ev.add(&mut touched[kd].1, half);
-                    halves.push(RPiece { dim: p.dim / 2, id: half, ..*p });
-                    halves.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: second, id: half, ..*p });
+                    halves.push(RPiece { dim: p.dim / 2, id: half, ..p });
+                    halves.push(RPiece { off: p.off + p.dim / 2, dim: p.dim / 2, device: second, id: half, ..p });
                 }
-                pieces.retain(|p| p.table != table);
-                pieces.extend(halves);
+                if let Some(pieces) = out.as_mut() {
+                    pieces.retain(|p| p.table != table);
+                    pieces.extend(halves);
+                }
             }
             Change::Pair(table, right) => {
-                let mut blocks: Vec<RPiece> = pieces.iter().filter(|p| p.table == table).copied().collect();
+                let mut blocks: Vec<RPiece> = self.pieces.iter().filter(|p| p.table == table).copied().collect();
                 blocks.sort_by_key(|p| p.off);
-                pieces.retain(|p| p.table != table);
+                let mut merged_blocks = Vec::new();
                 for pair in blocks.chunks_exact(2) {
                     let (a, b) = (pair[0], pair[1]);
                     let merged = self.id(table, a.dim * 2, None)?;
@@ -276,23 +345,29 @@ impl State<'_> {
                     let to = if right { b.device } else { a.device };
                     let kd = set(&mut touched, to, &self.sets);
                     self.ev.add(&mut touched[kd].1, merged);
-                    pieces.push(RPiece { dim: a.dim * 2, device: to, id: merged, ..a });
+                    merged_blocks.push(RPiece { dim: a.dim * 2, device: to, id: merged, ..a });
+                }
+                if let Some(pieces) = out.as_mut() {
+                    pieces.retain(|p| p.table != table);
+                    pieces.extend(merged_blocks);
                 }
             }
             Change::Whole(table, to) => {
                 let dim = self.ev.task.tables[table].dim;
-                for p in pieces.iter().filter(|p| p.table == table) {
+                for p in self.pieces.iter().filter(|p| p.table == table) {
                     let k = set(&mut touched, p.device, &self.sets);
                     self.ev.remove(&mut touched[k].1, p.id);
                 }
-                pieces.retain(|p| p.table != table);
                 let id = self.id(table, dim, None)?;
                 let k = set(&mut touched, to, &self.sets);
                 self.ev.add(&mut touched[k].1, id);
-                pieces.push(RPiece { table, off: 0, dim, rows: None, device: to, id });
+                if let Some(pieces) = out.as_mut() {
+                    pieces.retain(|p| p.table != table);
+                    pieces.push(RPiece { table, off: 0, dim, rows: None, device: to, id });
+                }
             }
         }
-        Ok((pieces, touched))
+        Ok((out, touched))
     }
 }
 
@@ -300,7 +375,7 @@ impl State<'_> {
 pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineConfig) -> Result<(Plan, SearchStats)> {
     let watch = ctx.stopwatch();
     let n_dev = task.devices.count();
-    let mut ev = Evaluator::new(task, ctx.cost_model, config.definition, config.set_cache)?;
+    let mut ev = Evaluator::new(task, ctx.cost_model, config.definition, config.set_cache)?.without_plan_memo();
     let want: Vec<(usize, u32, u64)> =
         plan.pieces().iter().map(|p| (p.table_id, p.dim, p.row_count(task.tables[p.table_id].rows))).collect();
     let ids = ev.register(&want)?;
@@ -315,9 +390,9 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
         compute.push(ev.set_cost(s)?);
     }
     let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
-    let cost_ms = ev.plan_cost(&compute, &dims)?;
+    let (bottleneck, cost_ms) = ev.plan_times(&compute, &dims)?;
     let overflow = ev.overflow(&sets);
-    let mut st = State { ev, pieces, sets, compute, cost_ms, overflow };
+    let mut st = State { ev, pieces, sets, compute, cost_ms, overflow, bottleneck };
     let mut rng = ChaCha8Rng::seed_from_u64(ctx.seed);
     let mut evaluations = 0u64;
     let mut accepted = 0usize;
@@ -332,43 +407,56 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
             st.ev.stats.stopped_early = true;
             break;
         }
-        let mut changes = st.changes();
-        changes.shuffle(&mut rng);
+        // A plan within memory is first changed where its bottleneck is; the rest of the neighbourhood
+        // is looked at only when no such change helps. An overfull plan looks at everything at once.
+        let parts: &[Focus] = if st.overflow == 0 && n_dev > 1 {
+            &[Focus::Only(st.bottleneck), Focus::Except(st.bottleneck)]
+        } else {
+            &[Focus::All]
+        };
         let mut improved = false;
-        for c in changes {
-            if evaluations >= config.max_evaluations {
-                break 'search;
-            }
-            evaluations += 1;
-            if evaluations.is_multiple_of(256) && watch.out_of_time() {
-                st.ev.stats.stopped_early = true;
-                break 'search;
-            }
-            let (pieces, touched) = st.apply(c)?;
-            let over = |d: usize, s: &DeviceSet| st.ev.over(s, d);
-            let overflow = touched.iter().fold(st.overflow, |o, (d, s)| o - over(*d, &st.sets[*d]) + over(*d, s));
-            if overflow > st.overflow {
-                continue;
-            }
-            let mut compute = st.compute.clone();
-            let mut dims: Vec<u64> = st.sets.iter().map(|s| s.dims).collect();
-            for (d, s) in &touched {
-                compute[*d] = st.ev.set_cost(s)?;
-                dims[*d] = s.dims;
-            }
-            let cost_ms = st.ev.plan_cost(&compute, &dims)?;
-            let better = overflow < st.overflow || cost_ms < st.cost_ms - 1e-9 * st.cost_ms.abs().max(1.0);
-            if better {
-                for (d, s) in touched {
-                    st.sets[d] = s;
+        'parts: for &focus in parts {
+            let mut changes = st.changes(focus);
+            changes.shuffle(&mut rng);
+            for c in changes {
+                if evaluations >= config.max_evaluations {
+                    break 'search;
                 }
-                st.pieces = pieces;
-                st.compute = compute;
-                st.cost_ms = cost_ms;
-                st.overflow = overflow;
-                accepted += 1;
-                improved = true;
-                break;
+                evaluations += 1;
+                if evaluations.is_multiple_of(256) && watch.out_of_time() {
+                    st.ev.stats.stopped_early = true;
+                    break 'search;
+                }
+                let (_, touched) = st.apply(c, false)?;
+                let over = |d: usize, s: &DeviceSet| st.ev.over(s, d);
+                let overflow = touched.iter().fold(st.overflow, |o, (d, s)| o - over(*d, &st.sets[*d]) + over(*d, s));
+                if overflow > st.overflow {
+                    continue;
+                }
+                let mut compute = st.compute.clone();
+                let mut dims: Vec<u64> = st.sets.iter().map(|s| s.dims).collect();
+                for (d, s) in &touched {
+                    compute[*d] = st.ev.set_cost(s)?;
+                    dims[*d] = s.dims;
+                }
+                let (bottleneck, cost_ms) = st.ev.plan_times(&compute, &dims)?;
+                let better = overflow < st.overflow || cost_ms < st.cost_ms - 1e-9 * st.cost_ms.abs().max(1.0);
+                if better {
+                    let (pieces, touched) = st.apply(c, true)?;
+                    for (d, s) in touched {
+                        st.sets[d] = s;
+                    }
+                    if let Some(pieces) = pieces {
+                        st.pieces = pieces;
+                    }
+                    st.compute = compute;
+                    st.cost_ms = cost_ms;
+                    st.overflow = overflow;
+                    st.bottleneck = bottleneck;
+                    accepted += 1;
+                    improved = true;
+                    break 'parts;
+                }
             }
         }
         if !improved {

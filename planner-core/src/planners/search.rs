@@ -92,7 +92,10 @@ pub(crate) struct Evaluator<'a> {
     vectors: Vec<i64>,
     use_cache: bool,
     set_cache: FastMap<Vec<u32>, f64>,
-    comm_memo: FastMap<Vec<u64>, f64>,
+    comm_memo: FastMap<Vec<u64>, (usize, f64)>,
+    /// Whether [`Evaluator::plan_cost`] memoises plans (a search that revisits plans); a local search,
+    /// whose plans are nearly all new, turns it off ([`Evaluator::without_plan_memo`]).
+    memo_plans: bool,
     key: Vec<u32>,
     sum: Vec<i64>,
     pub stats: SearchStats,
@@ -122,10 +125,19 @@ impl<'a> Evaluator<'a> {
             use_cache,
             set_cache: FastMap::default(),
             comm_memo: FastMap::default(),
+            memo_plans: true,
             key: Vec::new(),
             sum: vec![0; width],
             stats: SearchStats::default(),
         })
+    }
+
+    /// The same evaluator without the plan memo (its keys are two numbers per device: a local search
+    /// at hundreds of devices would fill memory with plans it never sees again).
+    #[must_use]
+    pub fn without_plan_memo(mut self) -> Self {
+        self.memo_plans = false;
+        self
     }
 
     /// Number of devices.
@@ -302,14 +314,22 @@ impl<'a> Evaluator<'a> {
 
     /// The plan's cost from per-device compute and dim sums (SPEC section 1, this evaluator's definition).
     pub fn plan_cost(&mut self, compute: &[f64], dims: &[u64]) -> Result<f64> {
+        Ok(self.plan_times(compute, dims)?.1)
+    }
+
+    /// The bottleneck device and the plan's cost from per-device compute and dim sums.
+    pub fn plan_times(&mut self, compute: &[f64], dims: &[u64]) -> Result<(usize, f64)> {
         self.stats.plan_evaluations += 1;
+        let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
+        if !self.memo_plans {
+            return Ok(bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms));
+        }
         let key: Vec<u64> = compute.iter().map(|c| c.to_bits()).chain(dims.iter().copied()).collect();
         if let Some(&c) = self.comm_memo.get(&key) {
             self.stats.plan_memo_hits += 1;
             return Ok(c);
         }
-        let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-        let cost = bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms).1;
+        let cost = bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms);
         self.comm_memo.insert(key, cost);
         Ok(cost)
     }

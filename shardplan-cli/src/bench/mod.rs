@@ -79,9 +79,16 @@ pub struct BenchArgs {
     /// the search by up to 2^tables).
     #[arg(long, default_value_t = 0)]
     pub exact_split_depth: u32,
-    /// Tasks per scale point (100/8, 200/16, 500/64); 0 skips the scale section.
+    /// Tasks per scale point (see --scale-points); 0 skips the scale section.
     #[arg(long, default_value_t = 3)]
     pub scale_tasks: usize,
+    /// Scale points as `TABLES/DEVICES`, comma-separated, smallest first (`--quick`: the first).
+    #[arg(long, default_value = "100/8,200/16,500/64,1000/128,2000/256")]
+    pub scale_points: String,
+    /// A planner whose median planning time at a scale point passed this many milliseconds is not run
+    /// at the larger points (its rows say so).
+    #[arg(long, default_value_t = 10_000.0)]
+    pub scale_cutoff_ms: f64,
     /// Tasks per cell of the seed-protocol section (DreamShard and AutoShard protocols, unseen tables,
     /// four-phase cost); 0 skips it.
     #[arg(long, default_value_t = 20)]
@@ -252,6 +259,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells,
         optimality: None,
         scale: Vec::new(),
+        scale_fits: Vec::new(),
         seed_protocols: Vec::new(),
     };
     save(args, &result)?;
@@ -261,6 +269,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if scale_tasks > 0 {
         result.scale = scale::scale(&b, scale_tasks)?;
+        result.scale_fits = scale::fits(&result.scale);
         save(args, &result)?;
     }
     let protocol_tasks = if args.quick { args.protocol_tasks.min(2) } else { args.protocol_tasks };

@@ -117,6 +117,24 @@ pub struct ScaleRow {
     pub tasks: usize,
     /// Mean cost of the valid plans.
     pub mean_cost_valid_ms: Option<f64>,
+    /// Most heap one run held above what the process held before it, bytes.
+    pub peak_heap_max_bytes: u64,
+    /// Not run: the planner's median time at a smaller point passed `--scale-cutoff-ms`.
+    pub skipped: bool,
+}
+
+/// How a planner's planning time and peak heap grow over the scale points: the least-squares slope of
+/// log(value) on log(tables) (tables and devices grow together at the default points).
+#[derive(Serialize)]
+pub struct ScaleFit {
+    /// Planner.
+    pub planner: String,
+    /// Points fitted.
+    pub points: usize,
+    /// Exponent of the median planning time.
+    pub time_exponent: Option<f64>,
+    /// Exponent of the peak heap.
+    pub heap_exponent: Option<f64>,
 }
 
 /// One planner on a seed-protocol cell.
@@ -159,6 +177,8 @@ pub struct BenchResult {
     pub optimality: Option<Optimality>,
     /// Planning time at scale.
     pub scale: Vec<ScaleRow>,
+    /// Growth exponents over the scale points.
+    pub scale_fits: Vec<ScaleFit>,
     /// The DreamShard and AutoShard protocols (four-phase cost, unseen tables).
     pub seed_protocols: Vec<ProtocolCell>,
 }
@@ -342,7 +362,7 @@ pub fn markdown(r: &BenchResult) -> String {
     }
     if !r.scale.is_empty() {
         out.push(
-            "\n## Planning time at scale (max dim 128; caps: the smallest multiple of 4 GiB holding 1.3× an even share \
+            "\n## Planning time at scale (max dim 128; caps: the smallest multiple of 4 GiB whose usable bytes hold 1.3× an even share \
              and 1.1× the largest table)\n"
                 .to_string(),
         );
@@ -350,22 +370,43 @@ pub fn markdown(r: &BenchResult) -> String {
             .scale
             .iter()
             .map(|s| {
+                let skipped = || "skipped".to_string();
                 vec![
                     format!("{}/{}", s.tables, s.devices),
                     planner_core::units::format_bytes(s.mem_cap_bytes),
                     s.planner.clone(),
-                    format!("{}/{}", s.valid, s.tasks),
-                    format!("{:.1}", s.plan_time_p50_ms),
-                    format!("{:.1}", s.plan_time_max_ms),
+                    if s.skipped { skipped() } else { format!("{}/{}", s.valid, s.tasks) },
+                    if s.skipped { skipped() } else { format!("{:.1}", s.plan_time_p50_ms) },
+                    if s.skipped { skipped() } else { format!("{:.1}", s.plan_time_max_ms) },
+                    if s.skipped {
+                        skipped()
+                    } else {
+                        format!("{:.1}", s.peak_heap_max_bytes as f64 / f64::from(1u32 << 20))
+                    },
                     opt(s.mean_cost_valid_ms, 3),
                 ]
             })
             .collect();
         out.push(render_table(
-            &["tables/devices", "cap", "planner", "valid", "p50 ms", "max ms", "mean cost ms (valid)"],
+            &["tables/devices", "cap", "planner", "valid", "p50 ms", "max ms", "peak heap MiB", "mean cost ms (valid)"],
             &rows,
             true,
         ));
+        if !r.scale_fits.is_empty() {
+            out.push(
+                "\nGrowth over the points (least-squares slope of log value on log tables; devices grow with \
+                 the tables):\n"
+                    .to_string(),
+            );
+            let rows: Vec<Vec<String>> = r
+                .scale_fits
+                .iter()
+                .map(|f| {
+                    vec![f.planner.clone(), f.points.to_string(), opt(f.time_exponent, 2), opt(f.heap_exponent, 2)]
+                })
+                .collect();
+            out.push(render_table(&["planner", "points", "time exponent", "peak heap exponent"], &rows, true));
+        }
     }
     for c in &r.seed_protocols {
         let table = c.spec.tables.map_or(String::new(), |(lo, hi)| format!("{lo}–{} tables", hi - 1));

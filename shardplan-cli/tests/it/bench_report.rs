@@ -8,12 +8,20 @@
 use super::{bin, fake_collector, run, scratch};
 
 /// JSON keys holding planning times.
-const TIME_KEYS: [&str; 3] = ["plan_time_p50_ms", "plan_time_p95_ms", "plan_time_max_ms"];
+const TIME_KEYS: [&str; 6] = [
+    "plan_time_p50_ms",
+    "plan_time_p95_ms",
+    "plan_time_max_ms",
+    "peak_heap_max_bytes",
+    "time_exponent",
+    "heap_exponent",
+];
 
-/// Markdown table columns holding planning times (by header).
-const TIME_COLUMNS: [&str; 4] = ["plan p50 ms", "plan p95 ms", "p50 ms", "max ms"];
+/// Markdown table columns holding planning times and heap peaks (by header), which vary run to run.
+const TIME_COLUMNS: [&str; 7] =
+    ["plan p50 ms", "plan p95 ms", "p50 ms", "max ms", "peak heap MiB", "time exponent", "peak heap exponent"];
 
-/// `v` with every planning time replaced by `null`.
+/// `v` with every planning time and heap peak replaced by `null`.
 fn mask_json(v: &mut serde_json::Value) {
     match v {
         serde_json::Value::Object(m) => {

@@ -47,8 +47,10 @@ fn plan_writes_a_valid_document() {
     assert!(text.contains("neural:h100+analytical-comm"), "{text}");
     let (doc, plan) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(doc.schema, planner_core::PLAN_SCHEMA);
-    // The default planner is NeuroShard's search: every table placed, some possibly split.
-    assert_eq!(doc.planner, "neuroshard");
+    // The default planner (size-lookup+refine and neuroshard-fast+refine, the cheaper): every table placed, some
+    // possibly split.
+    assert_eq!(doc.planner, planner_core::planners::DEFAULT_PLANNER);
+    assert_eq!(doc.planner, "auto");
     assert!(plan.pieces().len() >= doc.task.tables.len());
     assert!(doc.report.feasible);
 }
@@ -672,7 +674,7 @@ fn the_readme_pool_example_plans() {
     let (o, text) = run(bin().args(line("shardplan plan --tables pool.csv")).current_dir(&dir));
     assert!(o.status.success(), "{text}");
     assert!(
-        text.contains("Plan by `neuroshard` for 856 tables") && text.contains("fits memory (usable bytes): yes"),
+        text.contains("Plan by `auto` for 856 tables") && text.contains("fits memory (usable bytes): yes"),
         "{text}"
     );
 }

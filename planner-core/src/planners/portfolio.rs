@@ -1,0 +1,75 @@
+//! Several planners on the same task, the cheapest plan within memory kept: the default planner
+//! (`auto`) runs `size-lookup+refine`, which is fast at every size and strong where the tables are many,
+//! then `neuroshard-fast+refine`, which splits tables and wins on most small and mid-size tasks
+//! (docs/NEUROSHARD.md, "Planning time at scale"). Each planner gets what the ones before it left of the
+//! budget; plans are compared by the cost model under NeuroShard's cost definition, the one both plan
+//! with; on equal cost the earlier planner's plan is kept.
+
+use super::{Budget, PlanContext, Planner, SearchStats, StatsCell};
+use crate::cost::{CostDefinition, evaluate};
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::task::Task;
+
+/// Planners run in turn; the cheapest plan within memory wins.
+pub struct Portfolio {
+    name: &'static str,
+    members: Vec<Box<dyn Planner>>,
+    stats: StatsCell,
+}
+
+impl Portfolio {
+    /// `members`, run in order, registered as `name`.
+    #[must_use]
+    pub fn new(name: &'static str, members: Vec<Box<dyn Planner>>) -> Self {
+        Self { name, members, stats: StatsCell::default() }
+    }
+}
+
+impl Planner for Portfolio {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        let start_ms = ctx.budget.map(|b| (b.clock_ms)());
+        let mut best: Option<(f64, Plan, Option<SearchStats>)> = None;
+        let mut refusal: Option<Error> = None;
+        for member in &self.members {
+            let budget = ctx.budget.zip(start_ms).map(|(b, start)| Budget {
+                clock_ms: b.clock_ms,
+                limit_ms: (b.limit_ms - ((b.clock_ms)() - start)).max(0.0),
+            });
+            if best.is_some() && budget.is_some_and(|b| b.limit_ms <= 0.0) {
+                break;
+            }
+            let rest = PlanContext { cost_model: ctx.cost_model, seed: ctx.seed, budget, progress: ctx.progress };
+            match member.plan(task, &rest) {
+                Ok(plan) => {
+                    let report = evaluate(task, &plan, ctx.cost_model, CostDefinition::NeuroShard)?;
+                    if report.feasible && best.as_ref().is_none_or(|(c, _, _)| report.cost_ms < *c) {
+                        best = Some((report.cost_ms, plan, member.last_stats()));
+                    }
+                }
+                // The last refusal is kept: the later planners search further (a split can make a table
+                // fit), so theirs says more (for instance, that the budget stopped it).
+                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => refusal = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        match best {
+            Some((_, plan, stats)) => {
+                self.stats.set(stats.unwrap_or_default());
+                Ok(plan)
+            }
+            None => Err(refusal.unwrap_or_else(|| Error::NoPlan {
+                planner: self.name.into(),
+                reason: "no member planner returned a plan within memory".into(),
+            })),
+        }
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.stats.get()
+    }
+}
