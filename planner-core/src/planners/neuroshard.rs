@@ -546,7 +546,6 @@ impl<'t> Search<'t> {
             }
             let mut proposals: Vec<(State, Outcome)> = Vec::new();
             let mut seen: FastSet<State> = FastSet::default();
-            let mut wanted: Vec<State> = Vec::new();
             for state in &beam {
                 for (t, d) in self.candidates(state)? {
                     let mut next = state.clone();
@@ -562,25 +561,23 @@ impl<'t> Search<'t> {
                         dims.push(d / 2);
                         dims.sort_unstable_by(|a, b| b.cmp(a));
                     }
-                    if seen.insert(next.clone()) {
-                        wanted.push(next);
+                    if !seen.insert(next.clone()) {
+                        continue;
                     }
-                }
-            }
-            for next in wanted {
-                let Some(o) = self.grid(&next, watch, false)? else {
-                    break 'rounds;
-                };
-                if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
-                    best = Some((next.clone(), o.clone()));
-                }
-                if o.rank() < best_any.1.rank() {
-                    best_any = (next.clone(), o.clone());
-                }
-                proposals.push((next, o));
-                if watch.out_of_time() {
-                    self.ev.stats.stopped_early = true;
-                    break 'rounds;
+                    let Some(o) = self.grid(&next, watch, false)? else {
+                        break 'rounds;
+                    };
+                    if o.overflow == 0 && best.as_ref().is_none_or(|b| o.cost_ms < b.1.cost_ms) {
+                        best = Some((next.clone(), o.clone()));
+                    }
+                    if o.rank() < best_any.1.rank() {
+                        best_any = (next.clone(), o.clone());
+                    }
+                    proposals.push((next, o));
+                    if watch.out_of_time() {
+                        self.ev.stats.stopped_early = true;
+                        break 'rounds;
+                    }
                 }
             }
             if proposals.is_empty() {

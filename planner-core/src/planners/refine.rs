@@ -19,8 +19,8 @@
 //! after far fewer priced neighbours, and a pass no longer builds and shuffles every swap of a
 //! thousand-piece plan. Only the devices a change touches are re-priced, through the same evaluator
 //! NeuroShard uses (vector sums and a set cache), and a neighbour is priced from its device sets
-//! alone (the piece list is rebuilt only for a change kept). Row-wise pieces are never moved, swapped, merged or split one by one:
-//! a row-wise table keeps one range per device, the layout TorchRec builds.
+//! alone (the piece list is rebuilt only for a change kept). Row-wise pieces are never moved, swapped,
+//! merged or split one by one: a row-wise table keeps one range per device, the layout TorchRec builds.
 
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 

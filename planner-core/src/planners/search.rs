@@ -320,16 +320,19 @@ impl<'a> Evaluator<'a> {
     /// The bottleneck device and the plan's cost from per-device compute and dim sums.
     pub fn plan_times(&mut self, compute: &[f64], dims: &[u64]) -> Result<(usize, f64)> {
         self.stats.plan_evaluations += 1;
-        let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
+        let price = |ev: &Self| -> Result<(usize, f64)> {
+            let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
+            Ok(bottleneck(&device_times(ev.model, compute, &dims_f, ev.definition)?.total_ms))
+        };
         if !self.memo_plans {
-            return Ok(bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms));
+            return price(self);
         }
         let key: Vec<u64> = compute.iter().map(|c| c.to_bits()).chain(dims.iter().copied()).collect();
         if let Some(&c) = self.comm_memo.get(&key) {
             self.stats.plan_memo_hits += 1;
             return Ok(c);
         }
-        let cost = bottleneck(&device_times(self.model, compute, &dims_f, self.definition)?.total_ms);
+        let cost = price(self)?;
         self.comm_memo.insert(key, cost);
         Ok(cost)
     }

@@ -200,6 +200,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             args.scale_tasks,
         )
     };
+    if scale_tasks > 0 {
+        scale::checked_points(args)?;
+    }
     if tasks == 0 {
         bail!("--tasks = 0: a cell needs at least one task");
     }

@@ -46,6 +46,15 @@ fn scale_task(tables: usize, devices: usize, index: usize, seed: u64, rule: Rule
     })
 }
 
+/// The scale points of `args`, after checking the scale flags (the bench calls this before any work,
+/// so a bad flag is refused at once rather than after the earlier sections).
+pub fn checked_points(args: &super::BenchArgs) -> Result<Vec<(usize, usize)>> {
+    if !args.scale_cutoff_ms.is_finite() || args.scale_cutoff_ms <= 0.0 {
+        bail!("--scale-cutoff-ms = {}: give a positive number of milliseconds", args.scale_cutoff_ms);
+    }
+    points(&args.scale_points)
+}
+
 /// The points of `--scale-points`: `TABLES/DEVICES` pairs, comma-separated.
 fn points(list: &str) -> Result<Vec<(usize, usize)>> {
     list.split(',')
@@ -64,7 +73,7 @@ fn points(list: &str) -> Result<Vec<(usize, usize)>> {
 /// planner whose median passed `--scale-cutoff-ms` at one point is skipped at the later ones.
 pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
     let args = b.args;
-    let mut points = points(&args.scale_points)?;
+    let mut points = checked_points(args)?;
     if args.quick {
         points.truncate(1);
     }

@@ -491,6 +491,9 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
 fn bench_refuses_bad_cells_and_a_missing_collector() {
     check_fails(bin().args(["bench", "--quick", "--measure-cells", "4by128"]), &["--measure-cells", "4by128"]);
     check_fails(bin().args(["bench", "--devices", "4,x", "--tasks", "1"]), &["--devices", "\"x\""]);
+    check_fails(bin().args(["bench", "--quick", "--scale-points", "500/0"]), &["--scale-points", "500/0"]);
+    check_fails(bin().args(["bench", "--quick", "--scale-points", "500x64"]), &["--scale-points", "500x64"]);
+    check_fails(bin().args(["bench", "--quick", "--scale-cutoff-ms", "NaN"]), &["--scale-cutoff-ms", "NaN"]);
     check_fails(
         bin().args(["bench", "--quick", "--measure-with", "/nonexistent/collect"]),
         &["--measure-with", "/nonexistent/collect"],
