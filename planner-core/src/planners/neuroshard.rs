@@ -330,6 +330,7 @@ impl<'t> Search<'t> {
         let mut costs = vec![f64::NAN; n_dev];
         let mut cands: Vec<usize> = Vec::with_capacity(n_dev);
         let mut counts: Vec<usize> = Vec::with_capacity(self.scales.len());
+        let mut choices: Vec<Option<usize>> = Vec::with_capacity(self.scales.len());
         for &i in &order {
             if !self.hurry && watch.out_of_time() {
                 self.ev.stats.stopped_early = true;
@@ -382,23 +383,37 @@ impl<'t> Search<'t> {
                     costs[d] = self.ev.set_cost_with(&g.sets[d], id)?;
                 }
                 // Each grid point's choice; grid points choosing alike stay together.
-                let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
+                choices.clear();
                 for &s in &g.scales {
-                    let best = cands
-                        .iter()
-                        .copied()
-                        .filter(|&d| (g.sets[d].dims + dim) as f64 <= limits[s] + 1e-9)
-                        .min_by(|&a, &b| {
-                            costs[a].total_cmp(&costs[b]).then(g.sets[a].bytes.cmp(&g.sets[b].bytes)).then(a.cmp(&b))
-                        });
-                    if let Some(d) = best {
+                    choices.push(
+                        cands.iter().copied().filter(|&d| (g.sets[d].dims + dim) as f64 <= limits[s] + 1e-9).min_by(
+                            |&a, &b| {
+                                costs[a]
+                                    .total_cmp(&costs[b])
+                                    .then(g.sets[a].bytes.cmp(&g.sets[b].bytes))
+                                    .then(a.cmp(&b))
+                            },
+                        ),
+                    );
+                }
+                let mut g = g;
+                // Most steps: every grid point of the group picks the same device.
+                if let Some(&Some(d)) = choices.first()
+                    && choices.iter().all(|&c| c == Some(d))
+                {
+                    g.place(&self.ev, i, id, d, costs[d]);
+                    next.push(g);
+                    continue;
+                }
+                let mut by_device: Vec<(usize, Vec<usize>)> = Vec::new();
+                for (&s, &choice) in g.scales.iter().zip(&choices) {
+                    if let Some(d) = choice {
                         match by_device.iter_mut().find(|(x, _)| *x == d) {
                             Some((_, v)) => v.push(s),
                             None => by_device.push((d, vec![s])),
                         }
                     }
                 }
-                let mut g = g;
                 let last = by_device.pop();
                 for (d, scales) in by_device {
                     let mut h = g.clone();
