@@ -98,6 +98,14 @@ function showError(sel, msg) {
 }
 
 // ---- task input --------------------------------------------------------------------------------
+// Milliseconds each planner may search (a search returns its best plan when they are spent).
+function budgetFromForm() {
+  const text = $('#budget').value.trim();
+  const ms = Number(text);
+  if (!text || !Number.isFinite(ms) || ms <= 0) throw new Error(`Time per planner must be a positive number of milliseconds (got ${text || 'nothing'}).`);
+  return ms;
+}
+
 function devicesFromForm() {
   const count = Number($('#devices').value);
   const mem = Math.round(Number($('#mem').value) * GIB);
@@ -183,14 +191,22 @@ async function runPlanners() {
   state.undo = [];
   renderPlanners();
   renderPlan('Planning…');
-  setBusy(true, `Planning with ${state.planners.length} planners…`);
+  const names = state.planners.map((p) => p.name);
+  setBusy(true, `Planning: 0 of ${names.length} planners done…`);
   const generation = ++state.generation;
   try {
     const seed = Number($('#seed').value || 0);
-    const results = await call('planAll', {
-      task: state.task, planners: state.planners.map((p) => p.name), seed, model: model(),
-    });
-    if (generation !== state.generation) return; // a newer task or model is being planned
+    const budget = budgetFromForm();
+    // One planner at a time, each shown as it finishes (a large task takes seconds per planner).
+    const results = [];
+    for (const [i, planner] of names.entries()) {
+      setBusy(true, `Planning: ${i} of ${names.length} planners done; now ${planner}…`);
+      const r = await call('planOne', { task: state.task, planner, seed, model: model(), budget_ms: budget });
+      if (generation !== state.generation) return; // a newer task or model is being planned
+      results.push(r);
+      state.results = results.slice();
+      renderPlanners();
+    }
     state.results = results;
     const valid = state.results.filter((r) => r.document?.report.feasible);
     const cheapest = (rs) => rs.reduce((b, r) => (!b || r.document.report.cost_ms < b.document.report.cost_ms ? r : b), null);
@@ -484,6 +500,8 @@ $('#upload').addEventListener('change', (e) => uploadTables(e.target.files[0]));
 $('#hw').addEventListener('change', runPlanners);
 $('#cost-model').addEventListener('change', runPlanners);
 $('#definition').addEventListener('change', runPlanners);
+$('#budget').addEventListener('change', runPlanners);
+$('#budget-form').addEventListener('submit', (e) => { e.preventDefault(); runPlanners(); });
 $('#undo').addEventListener('click', undo);
 $('#reset').addEventListener('click', resetPlan);
 $('#download').addEventListener('click', download);

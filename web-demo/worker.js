@@ -10,17 +10,15 @@ const ops = {
   },
   sample: (request) => pw.sampleTask(request),
   parseTables: ({ text, format, defaultDim }) => pw.parseTables(text, format, defaultDim ?? undefined),
-  // Every planner on the same task; a planner that finds no valid plan is a result, not a failure.
-  planAll({ task, planners, seed, model }) {
-    return planners.map((planner) => {
-      try {
-        const request = { task, planner, seed, model };
-        const { document, planning_ms: once } = pw.plan(request);
-        return { planner, document, ...timePlanner(request, once), error: null };
-      } catch (e) {
-        return { planner, document: null, planning_ms: null, error: String(e.message ?? e) };
-      }
-    });
+  // One planner on the task, timed as the page shows it; a planner that finds no valid plan is a result,
+  // not a failure. The page calls this once per planner, so it can show each result as it comes.
+  planOne(request) {
+    try {
+      const { document, planning_ms: once } = pw.plan(request);
+      return { planner: request.planner, document, ...timePlanner(request, once), error: null };
+    } catch (e) {
+      return { planner: request.planner, document: null, planning_ms: null, error: String(e.message ?? e) };
+    }
   },
   plan: (request) => pw.plan(request),
   evaluate: ({ document, model }) => pw.evaluatePlan(document, model),

@@ -355,24 +355,29 @@ pub struct Paired {
 /// Compares, task by task, the best measured cost among the `ours` planners with planner `theirs`.
 #[must_use]
 pub fn paired(tasks: &[JudgedTask], ours: &[String], theirs: &str) -> Option<Paired> {
-    let mut gains = Vec::new();
-    let mut not_slower = 0;
-    for t in tasks {
-        let best_ours = t
-            .plans
-            .iter()
-            .filter(|p| ours.contains(&p.planner))
-            .map(|p| p.measured.cost_ms)
-            .fold(f64::INFINITY, f64::min);
-        let Some(other) = t.plans.iter().find(|p| p.planner == theirs) else { continue };
-        if !best_ours.is_finite() || other.measured.cost_ms <= 0.0 {
-            continue;
-        }
-        gains.push(100.0 * (other.measured.cost_ms - best_ours) / other.measured.cost_ms);
-        if best_ours <= other.measured.cost_ms {
-            not_slower += 1;
-        }
-    }
+    let pairs: Vec<(f64, f64)> = tasks
+        .iter()
+        .filter_map(|t| {
+            let best_ours = t
+                .plans
+                .iter()
+                .filter(|p| ours.contains(&p.planner))
+                .map(|p| p.measured.cost_ms)
+                .fold(f64::INFINITY, f64::min);
+            let other = t.plans.iter().find(|p| p.planner == theirs)?;
+            Some((best_ours, other.measured.cost_ms))
+        })
+        .collect();
+    paired_costs(&ours.join(" / "), theirs, &pairs)
+}
+
+/// The paired comparison of per-task costs `(ours, theirs)` (a pair with a non-finite or non-positive
+/// cost is left out; `None` when none is left).
+#[must_use]
+pub fn paired_costs(ours: &str, theirs: &str, pairs: &[(f64, f64)]) -> Option<Paired> {
+    let kept: Vec<(f64, f64)> =
+        pairs.iter().copied().filter(|&(o, t)| o.is_finite() && t.is_finite() && t > 0.0).collect();
+    let gains: Vec<f64> = kept.iter().map(|&(o, t)| 100.0 * (t - o) / t).collect();
     let n = gains.len();
     let mean = mean_of(&gains)?;
     let se = if n > 1 {
@@ -381,12 +386,12 @@ pub fn paired(tasks: &[JudgedTask], ours: &[String], theirs: &str) -> Option<Pai
         0.0
     };
     Some(Paired {
-        ours: ours.join(" / "),
+        ours: ours.into(),
         theirs: theirs.into(),
         tasks: n,
         mean_gain_pct: mean,
         se_pct: se,
-        ours_not_slower: not_slower,
+        ours_not_slower: kept.iter().filter(|&&(o, t)| o <= t).count(),
     })
 }
 

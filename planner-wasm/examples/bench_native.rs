@@ -36,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 repeat: 1,
                 // The browser's default, as the worker sends no rule.
                 memory: planner_core::MemoryRule::torchrec(),
+                budget_ms: None,
             };
             let times = out.entry(p.name).or_default();
             let once = match plan(&req, now_ms) {

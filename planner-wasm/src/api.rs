@@ -183,6 +183,11 @@ pub struct PlanRequest {
     /// default: TorchRec's rule with TorchRec's defaults, as the CLI.
     #[serde(default = "MemoryRule::torchrec")]
     pub memory: MemoryRule,
+    /// Milliseconds the planner may search (each run): a search returns its best plan when they are
+    /// spent, as `shardplan plan --budget-ms` (the page gives every planner the same budget, so a slow
+    /// search cannot hold up the others). Default: no limit.
+    #[serde(default)]
+    pub budget_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -206,10 +211,15 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
     let entry = planner(&req.planner)?;
     let model = req.model.build()?;
     let planner = entry.build();
-    let ctx = PlanContext::new(model.as_ref(), req.seed);
     if !(1..=MAX_REPEAT).contains(&req.repeat) {
         return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
     }
+    let clock: &dyn Fn() -> f64 = &now_ms;
+    let ctx = match req.budget_ms {
+        None => PlanContext::new(model.as_ref(), req.seed),
+        Some(ms) if ms.is_finite() && ms > 0.0 => PlanContext::new(model.as_ref(), req.seed).with_budget(clock, ms),
+        Some(ms) => return Err(Error::field("plan request", "budget_ms", ms, "a positive number of milliseconds")),
+    };
     let task = req.task.clone().with_memory(req.memory);
     planner_core::memory::check_capacity(&task)?;
     let start = now_ms();
@@ -293,6 +303,7 @@ mod tests {
             model: ModelOptions::default(),
             repeat: 1,
             memory: MemoryRule::torchrec(),
+            budget_ms: None,
         };
         let ticks = std::cell::Cell::new(1.0);
         let out = plan(&req, || ticks.replace(3.5)).unwrap();
@@ -329,6 +340,7 @@ mod tests {
             model: ModelOptions::default(),
             repeat: 1,
             memory: MemoryRule::torchrec(),
+            budget_ms: None,
         };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
         let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };

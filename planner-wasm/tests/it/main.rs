@@ -33,6 +33,7 @@ fn native() -> Value {
             model: serde_json::from_value::<ModelOptions>(model_json.clone()).unwrap(),
             repeat: 1,
             memory: planner_core::MemoryRule::torchrec(),
+            budget_ms: None,
         };
         let out = api::plan(&req, || 0.0).unwrap();
         plans.push(json!({
@@ -69,4 +70,31 @@ fn the_node_parity_fixture_says_what_native_code_computes() {
     }
     assert_eq!(want["task"], have["task"], "the sampled task");
     assert_eq!(want["sample_request"], have["sample_request"]);
+}
+
+#[test]
+fn a_plan_request_budget_holds_and_a_bad_one_is_refused_by_name() {
+    let task = api::sample_task(
+        &serde_json::from_value(
+            json!({"devices": 8, "mem_cap_bytes": 17_179_869_184_u64, "max_dim": 128, "seed": 3, "tables": 100}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let request = |budget: Value| -> PlanRequest {
+        serde_json::from_value(json!({"task": task, "planner": "neuroshard", "seed": 3, "budget_ms": budget})).unwrap()
+    };
+    // A clock that advances 1 ms per reading: a 20 ms budget stops the search after 20 readings, and the
+    // plan still comes back within memory.
+    let tick = std::cell::Cell::new(0.0);
+    let clock = || {
+        tick.set(tick.get() + 1.0);
+        tick.get()
+    };
+    let out = api::plan(&request(json!(20.0)), clock).unwrap();
+    assert!(out.document.report.feasible);
+    for bad in [json!(0.0), json!(-5.0)] {
+        let e = api::plan(&request(bad.clone()), || 0.0).unwrap_err().to_string();
+        assert!(e.contains("budget_ms"), "{bad}: {e}");
+    }
 }

@@ -121,6 +121,10 @@ pub struct ScaleRow {
     pub peak_heap_max_bytes: u64,
     /// Not run: the planner's median time at a smaller point passed `--scale-cutoff-ms`.
     pub skipped: bool,
+    /// Cost of every task's plan (`None`: no plan within memory).
+    pub costs_ms: Vec<Option<f64>>,
+    /// The point's first planner against this one, task by task (ours: the first planner).
+    pub first_vs_this: Option<planner_core::eval::Paired>,
 }
 
 /// How a planner's planning time and peak heap grow over the scale points: the least-squares slope of
@@ -384,11 +388,26 @@ pub fn markdown(r: &BenchResult) -> String {
                         format!("{:.1}", s.peak_heap_max_bytes as f64 / f64::from(1u32 << 20))
                     },
                     opt(s.mean_cost_valid_ms, 3),
+                    s.first_vs_this.as_ref().filter(|p| p.ours != p.theirs).map_or("-".into(), |p| {
+                        format!("{:+.1}% ± {:.1} ({}/{})", p.mean_gain_pct, p.se_pct, p.ours_not_slower, p.tasks)
+                    }),
                 ]
             })
             .collect();
+        let first = r.scale.first().map_or(String::new(), |s| s.planner.clone());
+        let versus = format!("`{first}` cheaper by (± s.e.; tasks not dearer)");
         out.push(render_table(
-            &["tables/devices", "cap", "planner", "valid", "p50 ms", "max ms", "peak heap MiB", "mean cost ms (valid)"],
+            &[
+                "tables/devices",
+                "cap",
+                "planner",
+                "valid",
+                "p50 ms",
+                "max ms",
+                "peak heap MiB",
+                "mean cost ms (valid)",
+                &versus,
+            ],
             &rows,
             true,
         ));

@@ -100,6 +100,8 @@ pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
                 mean_cost_valid_ms: None,
                 peak_heap_max_bytes: 0,
                 skipped: too_slow.contains(&entry.name),
+                costs_ms: Vec::new(),
+                first_vs_this: None,
             };
             if !row.skipped {
                 let runs: Vec<Run> =
@@ -112,6 +114,12 @@ pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
                 row.tasks = runs.len();
                 row.mean_cost_valid_ms = mean(&costs);
                 row.peak_heap_max_bytes = runs.iter().map(|r| r.peak_heap_bytes).max().unwrap_or(0);
+                row.costs_ms = runs.iter().map(|r| r.outcome.cost_ms).collect();
+                // The point's first planner against this one, on the tasks both solved.
+                let first = out.iter().find(|r: &&ScaleRow| r.tables == tables && r.devices == devices).unwrap_or(&row);
+                let pairs: Vec<(f64, f64)> =
+                    first.costs_ms.iter().zip(&row.costs_ms).filter_map(|(a, b)| Some(((*a)?, (*b)?))).collect();
+                row.first_vs_this = planner_core::eval::paired_costs(&first.planner, &row.planner, &pairs);
                 eprintln!(
                     "scale {tables}/{devices} {}: p50 {:.1} ms, peak heap {:.1} MiB",
                     entry.name,
