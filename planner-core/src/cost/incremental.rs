@@ -26,6 +26,15 @@ pub trait IncrementalCompute {
     /// Compute time, ms, of a set whose vectors sum to `sum`, in fixed point ([`to_fixed`]; empty set:
     /// all zeros).
     fn head_ms(&self, sum: &[i64]) -> f64;
+    /// [`IncrementalCompute::head_ms`] of `sum + extra` (element-wise, same lengths), `scratch` being
+    /// as long: how a search prices "set + one piece". A model may override it to skip storing the sum;
+    /// the value must be the same.
+    fn head_ms_with(&self, sum: &[i64], extra: &[i64], scratch: &mut [i64]) -> f64 {
+        for ((s, a), b) in scratch.iter_mut().zip(sum).zip(extra) {
+            *s = a + b;
+        }
+        self.head_ms(scratch)
+    }
 }
 
 /// One component in fixed point; `model` names the model in the error for an out-of-range value.

@@ -231,34 +231,41 @@ impl NativeMlp {
     /// two-layer, one-output heads the trainer exports.
     #[must_use]
     pub fn output_from_fixed_projection(&self, sum: &[i64]) -> f64 {
+        self.two_layer(sum.len(), |j| sum[j]).unwrap_or_else(|| {
+            let projection = super::incremental::from_fixed(sum);
+            self.forward_from_projection(&projection).first().copied().unwrap_or(0.0)
+        })
+    }
+
+    /// [`NativeMlp::output_from_fixed_projection`] of the element-wise sum `a + b`, without storing it
+    /// (a search prices "set + one piece" this way).
+    #[must_use]
+    pub fn output_from_fixed_pair(&self, a: &[i64], b: &[i64]) -> f64 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        self.two_layer(n, |j| a[j] + b[j]).unwrap_or_else(|| {
+            let sum: Vec<i64> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+            self.output_from_fixed_projection(&sum)
+        })
+    }
+
+    /// The two-layer, one-output head on the fixed-point first-layer input `input(j)`, `j < n`; `None`
+    /// for any other shape.
+    fn two_layer(&self, n: usize, input: impl Fn(usize) -> i64) -> Option<f64> {
         let first = &self.layers[0];
-        if let [_, last] = &self.layers[..]
-            && last.outputs == 1
-        {
-            // Eight partial sums in a fixed order: the same value for the same input every time, without
-            // one long chain of dependent additions (the search's hot loop).
-            let hidden = |s: i64, b: f64| {
-                let h = s as f64 / super::incremental::FIXED_SCALE + b;
-                if first.relu { h.max(0.0) } else { h }
-            };
-            let n = sum.len().min(first.bias.len()).min(last.weights.len());
-            let (sum, bias, weights) = (&sum[..n], &first.bias[..n], &last.weights[..n]);
-            let mut acc = [0.0f64; 8];
-            for ((s, b), w) in sum.chunks_exact(8).zip(bias.chunks_exact(8)).zip(weights.chunks_exact(8)) {
-                for l in 0..8 {
-                    acc[l] += w[l] * hidden(s[l], b[l]);
-                }
-            }
-            let tail = n - n % 8;
-            for j in tail..n {
-                acc[0] += weights[j] * hidden(sum[j], bias[j]);
-            }
-            let out =
-                last.bias[0] + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
-            return if last.relu { out.max(0.0) } else { out };
+        let [_, last] = &self.layers[..] else { return None };
+        if last.outputs != 1 {
+            return None;
         }
-        let projection = super::incremental::from_fixed(sum);
-        self.forward_from_projection(&projection).first().copied().unwrap_or(0.0)
+        let n = n.min(first.bias.len()).min(last.weights.len());
+        let (bias, weights) = (&first.bias[..n], &last.weights[..n]);
+        let acc = if first.relu {
+            partial_sums::<true>(bias, weights, input)
+        } else {
+            partial_sums::<false>(bias, weights, input)
+        };
+        let out = last.bias[0] + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+        Some(if last.relu { out.max(0.0) } else { out })
     }
 
     /// The rest of the MLP from the first layer's projection ([`NativeMlp::project_first`] of the input).
@@ -282,4 +289,26 @@ impl NativeMlp {
         }
         h
     }
+}
+
+/// `Σ_j weights[j] · act(input(j) / FIXED_SCALE + bias[j])` in eight partial sums in a fixed order (the
+/// same value for the same input every time, without one long chain of dependent additions: the
+/// search's hot loop), `act` being `ReLU` when `RELU`; the caller adds them up.
+fn partial_sums<const RELU: bool>(bias: &[f64], weights: &[f64], input: impl Fn(usize) -> i64) -> [f64; 8] {
+    let n = bias.len().min(weights.len());
+    let hidden = |j: usize| {
+        let h = input(j) as f64 / super::incremental::FIXED_SCALE + bias[j];
+        if RELU { h.max(0.0) } else { h }
+    };
+    let mut acc = [0.0f64; 8];
+    let whole = n - n % 8;
+    for base in (0..whole).step_by(8) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += weights[base + l] * hidden(base + l);
+        }
+    }
+    for j in whole..n {
+        acc[0] += weights[j] * hidden(j);
+    }
+    acc
 }

@@ -447,6 +447,19 @@ impl IncrementalCompute for NeuralModel {
         Ok(out)
     }
 
+    fn head_ms_with(&self, sum: &[i64], extra: &[i64], scratch: &mut [i64]) -> f64 {
+        if let [member] = &self.members[..]
+            && let Some(n) = member.native_head.as_ref()
+        {
+            // The search's hot path: the sum is never stored.
+            return risk_adjusted(&[n.output_from_fixed_pair(sum, extra).max(0.0)], self.risk);
+        }
+        for ((s, a), b) in scratch.iter_mut().zip(sum).zip(extra) {
+            *s = a + b;
+        }
+        IncrementalCompute::head_ms(self, scratch)
+    }
+
     fn head_ms(&self, sum: &[i64]) -> f64 {
         let k = self.members.len();
         if let [member] = &self.members[..] {

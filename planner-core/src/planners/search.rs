@@ -287,10 +287,7 @@ impl<'a> Evaluator<'a> {
     pub fn set_cost_with(&mut self, set: &DeviceSet, extra: u32) -> Result<f64> {
         if let (Some(inc), false) = (self.inc, self.use_cache) {
             let i = extra as usize * self.width;
-            for ((s, a), b) in self.sum.iter_mut().zip(&set.sum).zip(&self.vectors[i..i + self.width]) {
-                *s = a + b;
-            }
-            return Ok(inc.head_ms(&self.sum));
+            return Ok(inc.head_ms_with(&set.sum, &self.vectors[i..i + self.width], &mut self.sum));
         }
         self.key.clear();
         let pos = set.ids.partition_point(|&x| x <= extra);
