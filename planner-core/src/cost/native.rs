@@ -307,8 +307,8 @@ fn partial_sums<const RELU: bool>(bias: &[f64], weights: &[f64], input: impl Fn(
             *a += weights[base + l] * hidden(base + l);
         }
     }
-    for j in whole..n {
-        acc[0] += weights[j] * hidden(j);
+    for (j, w) in weights.iter().enumerate().take(n).skip(whole) {
+        acc[0] += w * hidden(j);
     }
     acc
 }
