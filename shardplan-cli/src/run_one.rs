@@ -35,6 +35,9 @@ pub fn run_one(
     definition: CostDefinition,
 ) -> Result<Run> {
     let ctx = PlanContext::new(model, st.seed);
+    // Every planner is timed as a fresh process would run it, not on the model's memo of the planner
+    // before it on the same task.
+    model.forget_memo();
     let before = crate::heap::reset_peak();
     let start = Instant::now();
     let result = planner.plan(&st.task, &ctx);

@@ -130,6 +130,10 @@ pub trait CostModel {
     fn compute_is_additive(&self) -> bool {
         false
     }
+    /// Forgets what the model has memoised (pieces priced, sets seen), so the next plan pays what a fresh
+    /// process would; results never change. Benchmarks call it before timing each planner, so a planner
+    /// is not timed on the memo of the one before it. Models that memoise nothing need not implement it.
+    fn forget_memo(&self) {}
     /// Backward all-to-all time of every device, given per-device dim sums.
     fn bw_comm_ms(&self, dims: &[f64]) -> Result<Vec<f64>>;
     /// Forward all-to-all time of every device, given per-device dim sums and start delays (ms).

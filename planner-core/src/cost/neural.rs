@@ -484,6 +484,13 @@ impl IncrementalCompute for NeuralModel {
 }
 
 impl CostModel for NeuralModel {
+    fn forget_memo(&self) {
+        if let Ok(mut caches) = self.caches.lock() {
+            let stats = caches.stats;
+            *caches = Caches { stats, ..Caches::default() };
+        }
+    }
+
     fn incremental(&self) -> Option<&dyn IncrementalCompute> {
         self.native.then_some(self as &dyn IncrementalCompute)
     }
