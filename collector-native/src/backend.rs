@@ -99,19 +99,6 @@ fn read_text(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// CPU model name from `/proc/cpuinfo` (or "unknown CPU").
-#[must_use]
-pub fn cpu_model() -> String {
-    read_text("/proc/cpuinfo")
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
 /// A `/proc/meminfo` field in bytes.
 fn meminfo_bytes(field: &str) -> Option<u64> {
     let text = read_text("/proc/meminfo")?;
@@ -141,7 +128,7 @@ impl CpuBackend {
         if threads == 0 || threads > 4096 {
             bail!("--threads = {threads} is invalid: use 1..=4096");
         }
-        let model = cpu_model();
+        let model = shardplan_files::cpu_model();
         // Weights live on transparent huge pages when the kernel offers them, on 4 KiB pages otherwise;
         // random row reads cost very differently on the two, so they are different hardware to a model.
         let pages = if cpu::transparent_huge_pages_available() { "thp" } else { "4k" };

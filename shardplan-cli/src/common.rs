@@ -13,7 +13,8 @@ use planner_core::{Devices, MemoryRule, SplitRule, TableSpec};
 #[derive(Args, Debug, Clone)]
 pub struct CostArgs {
     /// Cost model: an embedded trained profile (`h100`, the default; `shardplan list` names them all),
-    /// `analytical` (TorchRec's perf estimator), or the directory of a profile written by
+    /// `cpu` (the embedded CPU profile measured on this machine's CPU model, refused where there is
+    /// none), `analytical` (TorchRec's perf estimator), or the directory of a profile written by
     /// `shardplan-train`.
     #[arg(long, default_value = profiles::DEFAULT_PROFILE)]
     pub cost_model: String,
@@ -99,6 +100,11 @@ impl CostArgs {
     /// directory is read here and finished under the same rule (its comm priced by the `torchrec`
     /// preset, or `--hw`, where it has none).
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        let name = if self.cost_model == profiles::CPU_ALIAS {
+            profiles::cpu_profile_for(&shardplan_files::cpu_model()).context("--cost-model cpu")?.name
+        } else {
+            self.cost_model.as_str()
+        };
         let choice = ModelChoice {
             hw: self.hw.clone(),
             hbm_gbps: self.hbm_gbps,
@@ -106,7 +112,7 @@ impl CostArgs {
             global_batch: self.batch,
             risk: self.risk,
             comm_fallback: self.comm_fallback,
-            ..ModelChoice::new(self.cost_model.as_str())
+            ..ModelChoice::new(name)
         };
         let flags = "--cost-model and its options (--batch, --risk, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
         if choice.is_known() {
@@ -118,7 +124,11 @@ impl CostArgs {
         }
         Err(planner_core::Error::UnknownCostModel {
             name: self.cost_model.clone(),
-            known: format!("{}, or a profile directory containing card.json", model_names().join(", ")),
+            known: format!(
+                "{}, {} (the CPU profile of this machine), or a profile directory containing card.json",
+                model_names().join(", "),
+                profiles::CPU_ALIAS
+            ),
         }
         .into())
     }

@@ -108,6 +108,12 @@ fn list() {
         let default = if p.name == planner_core::cost::profiles::DEFAULT_PROFILE { " (default)" } else { "" };
         println!("  {:<width$}  trained profile{default}: {}", p.name, p.hardware);
     }
+    let alias = planner_core::cost::profiles::CPU_ALIAS;
+    let here = shardplan_files::cpu_model();
+    match planner_core::cost::profiles::cpu_profile_for(&here) {
+        Ok(p) => println!("  {alias:<width$}  the CPU profile of this machine ({here}): {}", p.name),
+        Err(_) => println!("  {alias:<width$}  the CPU profile of this machine ({here}): none is embedded"),
+    }
     println!("cost definitions:");
     println!("  {:<width$}  NeuroShard's: start delays feed forward comm (default)", "neuroshard");
     println!("  {:<width$}  DreamShard's: the largest sum of the four phases, no delays", "four-phase");

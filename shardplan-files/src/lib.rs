@@ -9,6 +9,8 @@
 //! - [`open_append_locked`] / [`lock_exclusive`]: an exclusive advisory lock (`File::try_lock`) held on
 //!   an output for a whole run, so that a second run on the same output fails at once instead of
 //!   appending beside the first.
+//! - [`cpu_model`]: the CPU model `/proc/cpuinfo` names, which the collector records in a CPU dataset's
+//!   fingerprint and `shardplan --cost-model cpu` matches against the embedded CPU profiles.
 //!
 //! Why std only: each of these is a few lines over `std::fs`, and std's file locks are stable since
 //! Rust 1.89. One typed [`Error`] names the path and what was being done; the binaries wrap it in
@@ -151,6 +153,22 @@ pub fn open_append_locked(path: &Path) -> Result<File> {
     let file = OpenOptions::new().create(true).append(true).open(path).map_err(io("opening", path))?;
     lock_exclusive(&file, path)?;
     Ok(file)
+}
+
+/// The CPU model this machine reports (`/proc/cpuinfo`'s first "model name"), or "unknown CPU" where
+/// there is none (another OS, or an architecture whose cpuinfo has no such line).
+#[must_use]
+pub fn cpu_model() -> String {
+    read_text_capped(Path::new("/proc/cpuinfo"), 16 << 20)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 #[cfg(test)]

@@ -42,13 +42,15 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
             profile_file!("h100", "compute_end_to_end.onnx"),
         ],
     },
-    // The CPU profile prices the collector's CPU backend on one machine: useful beside that collector,
-    // not in a browser, where its 0.46 MB (gzipped) of graphs would only weigh on the page.
+    // A CPU profile prices the collector's CPU backend on one kind of machine (`--cost-model cpu` picks
+    // the one of the machine it runs on): useful beside that collector, not in a browser, where its
+    // 0.46 MB (gzipped) of graphs would only weigh on the page.
     #[cfg(not(target_arch = "wasm32"))]
     EmbeddedProfile {
         name: "cpu-xeon-2t",
-        hardware: "the CPU backend on 2 vCPUs of an Intel Xeon cloud host (transparent huge pages), batch 4,096, \
-                   comm between 4 and 8 threads; trained through `shardplan-train calibrate`",
+        hardware: "the CPU backend on 2 vCPUs of an Intel Xeon cloud host (260 MiB last-level cache, transparent \
+                   huge pages), batch 4,096, comm between 4 and 8 threads; trained through `shardplan-train \
+                   calibrate`",
         comm_fallback_hw: "torchrec",
         card_json: include_str!("../../profiles/cpu-xeon-2t/card.json"),
         files: &[
@@ -69,6 +71,31 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
             profile_file!("cpu-xeon-2t", "comm_d8_fw.onnx"),
         ],
     },
+    #[cfg(not(target_arch = "wasm32"))]
+    EmbeddedProfile {
+        name: "cpu-epyc-2t",
+        hardware: "the CPU backend on 2 vCPUs of an AMD EPYC cloud host (32 MiB last-level cache, transparent huge \
+                   pages), batch 4,096, comm between 4 and 8 threads; trained through `shardplan-train calibrate`",
+        comm_fallback_hw: "torchrec",
+        card_json: include_str!("../../profiles/cpu-epyc-2t/card.json"),
+        files: &[
+            profile_file!("cpu-epyc-2t", "compute_encoder.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_head.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_end_to_end.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_encoder_m1.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_head_m1.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_encoder_m2.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_head_m2.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_encoder_m3.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_head_m3.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_encoder_m4.onnx"),
+            profile_file!("cpu-epyc-2t", "compute_head_m4.onnx"),
+            profile_file!("cpu-epyc-2t", "comm_d4_bw.onnx"),
+            profile_file!("cpu-epyc-2t", "comm_d4_fw.onnx"),
+            profile_file!("cpu-epyc-2t", "comm_d8_bw.onnx"),
+            profile_file!("cpu-epyc-2t", "comm_d8_fw.onnx"),
+        ],
+    },
 ];
 
 /// The profile a planner uses when none is named.
@@ -84,6 +111,46 @@ pub fn names() -> Vec<&'static str> {
 #[must_use]
 pub fn find(name: &str) -> Option<&'static EmbeddedProfile> {
     EMBEDDED.iter().find(|p| p.name == name)
+}
+
+/// The name that picks the embedded CPU profile of the machine a binary runs on (`--cost-model cpu`).
+pub const CPU_ALIAS: &str = "cpu";
+
+/// The CPU model a profile's card records, from the collector's fingerprint
+/// `cpu:<model>:<threads>t:<pages>`; `None` for a GPU profile or a card without one.
+#[must_use]
+pub fn cpu_model_of(profile: &EmbeddedProfile) -> Option<String> {
+    let card = crate::cost::ModelCard::from_json(profile.card_json).ok()?;
+    let fingerprint = card.hardware.get("fingerprint")?.as_str()?;
+    let rest = fingerprint.strip_prefix("cpu:")?;
+    // The model may itself hold ':'; the last two fields are the threads and the pages.
+    let mut fields = rest.rsplitn(3, ':');
+    let (_pages, _threads, model) = (fields.next()?, fields.next()?, fields.next()?);
+    Some(model.to_string())
+}
+
+/// The embedded CPU profile measured on a CPU of model `model` (`/proc/cpuinfo`'s "model name", as the
+/// collector records it). A CPU profile prices the collector's CPU backend on one kind of machine only:
+/// another CPU's caches and memory change the costs by tens of percent (`docs/COST_MODELS.md`).
+///
+/// # Errors
+/// [`Error::CostModel`] when no embedded profile was measured on that CPU, naming the CPU and the CPU
+/// profiles there are (and how to calibrate one).
+pub fn cpu_profile_for(model: &str) -> Result<&'static EmbeddedProfile> {
+    let cpu: Vec<(&'static EmbeddedProfile, String)> =
+        EMBEDDED.iter().filter_map(|p| cpu_model_of(p).map(|m| (p, m))).collect();
+    if let Some((p, _)) = cpu.iter().find(|(_, m)| m == model) {
+        return Ok(p);
+    }
+    let known: Vec<String> = cpu.iter().map(|(p, m)| format!("{} ({m})", p.name)).collect();
+    Err(Error::CostModel {
+        model: CPU_ALIAS.into(),
+        message: format!(
+            "no embedded CPU profile was measured on this machine's CPU ({model}); the embedded ones are {}. \
+             Calibrate one here with `shardplan-train calibrate` and pass its directory to --cost-model",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        ),
+    })
 }
 
 /// Loads the embedded profile called `name` into a [`NeuralModel`].
@@ -131,6 +198,22 @@ mod tests {
             let many = model.compute_ms(&vec![PieceRef::whole(&t, 64); 12]).unwrap();
             assert!(one.is_finite() && one > 0.0, "{}: {one}", p.name);
             assert!(many > one, "{}: 12 tables {many} <= 1 table {one}", p.name);
+        }
+    }
+
+    #[test]
+    fn the_cpu_alias_finds_the_profile_of_its_cpu_and_names_the_others() {
+        let cpu: Vec<_> = EMBEDDED.iter().filter_map(|p| cpu_model_of(p).map(|m| (p.name, m))).collect();
+        assert!(!cpu.is_empty(), "no embedded CPU profile");
+        assert!(cpu_model_of(find(DEFAULT_PROFILE).unwrap()).is_none(), "the GPU profile has no CPU model");
+        for (name, model) in &cpu {
+            assert_eq!(cpu_profile_for(model).unwrap().name, *name);
+        }
+        let Err(e) = cpu_profile_for("Some Other CPU 9000") else { panic!("an unknown CPU found a profile") };
+        let e = e.to_string();
+        assert!(e.contains("Some Other CPU 9000") && e.contains("calibrate"), "{e}");
+        for (name, model) in &cpu {
+            assert!(e.contains(name) && e.contains(model.as_str()), "{e}");
         }
     }
 
