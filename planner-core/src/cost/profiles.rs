@@ -29,6 +29,31 @@ macro_rules! profile_file {
     };
 }
 
+/// The graphs of a profile as `shardplan-train calibrate` writes it for a CPU backend: a 5-member
+/// compute ensemble and comm models for 4 and 8 devices (native builds only, like the CPU profiles).
+#[cfg(not(target_arch = "wasm32"))]
+macro_rules! ensemble_profile_files {
+    ($dir:literal) => {
+        &[
+            profile_file!($dir, "compute_encoder.onnx"),
+            profile_file!($dir, "compute_head.onnx"),
+            profile_file!($dir, "compute_end_to_end.onnx"),
+            profile_file!($dir, "compute_encoder_m1.onnx"),
+            profile_file!($dir, "compute_head_m1.onnx"),
+            profile_file!($dir, "compute_encoder_m2.onnx"),
+            profile_file!($dir, "compute_head_m2.onnx"),
+            profile_file!($dir, "compute_encoder_m3.onnx"),
+            profile_file!($dir, "compute_head_m3.onnx"),
+            profile_file!($dir, "compute_encoder_m4.onnx"),
+            profile_file!($dir, "compute_head_m4.onnx"),
+            profile_file!($dir, "comm_d4_bw.onnx"),
+            profile_file!($dir, "comm_d4_fw.onnx"),
+            profile_file!($dir, "comm_d8_bw.onnx"),
+            profile_file!($dir, "comm_d8_fw.onnx"),
+        ]
+    };
+}
+
 /// Every embedded profile.
 pub const EMBEDDED: &[EmbeddedProfile] = &[
     EmbeddedProfile {
@@ -53,23 +78,7 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
                    calibrate`",
         comm_fallback_hw: "torchrec",
         card_json: include_str!("../../profiles/cpu-xeon-2t/card.json"),
-        files: &[
-            profile_file!("cpu-xeon-2t", "compute_encoder.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_head.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_end_to_end.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_encoder_m1.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_head_m1.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_encoder_m2.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_head_m2.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_encoder_m3.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_head_m3.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_encoder_m4.onnx"),
-            profile_file!("cpu-xeon-2t", "compute_head_m4.onnx"),
-            profile_file!("cpu-xeon-2t", "comm_d4_bw.onnx"),
-            profile_file!("cpu-xeon-2t", "comm_d4_fw.onnx"),
-            profile_file!("cpu-xeon-2t", "comm_d8_bw.onnx"),
-            profile_file!("cpu-xeon-2t", "comm_d8_fw.onnx"),
-        ],
+        files: ensemble_profile_files!("cpu-xeon-2t"),
     },
     #[cfg(not(target_arch = "wasm32"))]
     EmbeddedProfile {
@@ -78,23 +87,7 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
                    pages), batch 4,096, comm between 4 and 8 threads; trained through `shardplan-train calibrate`",
         comm_fallback_hw: "torchrec",
         card_json: include_str!("../../profiles/cpu-epyc-2t/card.json"),
-        files: &[
-            profile_file!("cpu-epyc-2t", "compute_encoder.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_head.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_end_to_end.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_encoder_m1.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_head_m1.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_encoder_m2.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_head_m2.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_encoder_m3.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_head_m3.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_encoder_m4.onnx"),
-            profile_file!("cpu-epyc-2t", "compute_head_m4.onnx"),
-            profile_file!("cpu-epyc-2t", "comm_d4_bw.onnx"),
-            profile_file!("cpu-epyc-2t", "comm_d4_fw.onnx"),
-            profile_file!("cpu-epyc-2t", "comm_d8_bw.onnx"),
-            profile_file!("cpu-epyc-2t", "comm_d8_fw.onnx"),
-        ],
+        files: ensemble_profile_files!("cpu-epyc-2t"),
     },
 ];
 
