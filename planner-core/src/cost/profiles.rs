@@ -109,17 +109,15 @@ pub fn find(name: &str) -> Option<&'static EmbeddedProfile> {
 /// The name that picks the embedded CPU profile of the machine a binary runs on (`--cost-model cpu`).
 pub const CPU_ALIAS: &str = "cpu";
 
-/// The CPU model a profile's card records, from the collector's fingerprint
-/// `cpu:<model>:<threads>t:<pages>`; `None` for a GPU profile or a card without one.
+/// The CPU model a profile's card records (the collector's hardware record of a `cpu` backend names the
+/// model as its one device); `None` for a GPU profile or a card without one.
 #[must_use]
 pub fn cpu_model_of(profile: &EmbeddedProfile) -> Option<String> {
     let card = crate::cost::ModelCard::from_json(profile.card_json).ok()?;
-    let fingerprint = card.hardware.get("fingerprint")?.as_str()?;
-    let rest = fingerprint.strip_prefix("cpu:")?;
-    // The model may itself hold ':'; the last two fields are the threads and the pages.
-    let mut fields = rest.rsplitn(3, ':');
-    let (_pages, _threads, model) = (fields.next()?, fields.next()?, fields.next()?);
-    Some(model.to_string())
+    if card.hardware.get("backend")?.as_str()? != "cpu" {
+        return None;
+    }
+    Some(card.hardware.get("devices")?.get(0)?.as_str()?.to_string())
 }
 
 /// The embedded CPU profile measured on a CPU of model `model` (`/proc/cpuinfo`'s "model name", as the
