@@ -9,7 +9,8 @@ if [ "$have" != "$want" ]; then
   echo "wasm-bindgen-cli $want is needed (found: ${have:-none}): cargo install wasm-bindgen-cli --version $want" >&2
   exit 1
 fi
-# simd128: tract's kernels run about twice as fast with it; every current browser and Node >= 16 has it.
+# simd128 lets the compiler vectorise the searches' and evaluators' loops; every current browser and
+# Node >= 16 has it.
 source scripts/cargo-step.sh
 cargo_step env CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS='-C target-feature=+simd128' \
   cargo build --profile wasm-release --target wasm32-unknown-unknown -p planner-wasm

@@ -47,9 +47,9 @@ test('plans as native code does, in the CLI schema, with a planning time', () =>
     assert.equal(doc.planner, want.planner);
     assert.ok(doc.report.feasible && doc.report.cost_ms > 0);
     assert.deepEqual(doc.pieces, want.pieces, `${want.planner}: the native plan`);
-    // The learned default model runs in tract with wasm's SIMD kernels: the last bits may differ.
-    assert.ok(Math.abs(doc.report.cost_ms - want.cost_ms) <= 1e-6 * want.cost_ms,
-      `${want.planner}: wasm ${doc.report.cost_ms}, native ${want.cost_ms}`);
+    // The learned default model runs in the same plain-Rust evaluators natively and in wasm (f64, no
+    // reordering): the same number.
+    assert.equal(doc.report.cost_ms, want.cost_ms, `${want.planner}: wasm ${doc.report.cost_ms}, native ${want.cost_ms}`);
   }
   // The default profile predicts forward + backward as one figure, so `compute_split` is null.
   const out = pw.plan(planRequest(sample(), 'size-lookup'));
@@ -120,7 +120,7 @@ test('parses uploaded tables', () => {
 
 // The page downloads this module before it can plan: its gzipped size may not pass the limit stated in
 // docs/WEB.md ("Size"), which says where the bytes go.
-export const MAX_GZIPPED_BYTES = 3_100_000;
+export const MAX_GZIPPED_BYTES = 1_300_000;
 
 test('the module stays within its stated size', () => {
   const bytes = readFileSync(new URL('../pkg/planner_wasm_bg.wasm', here));

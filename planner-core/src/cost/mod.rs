@@ -12,6 +12,7 @@ pub mod choice;
 pub mod incremental;
 pub mod native;
 pub mod neural;
+pub mod onnx;
 pub mod profiles;
 
 use serde::{Deserialize, Serialize};

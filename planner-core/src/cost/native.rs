@@ -1,18 +1,23 @@
 //! A plain-Rust evaluator for the small MLP graphs the trainer exports (`Gemm` with `transB`, or
 //! `MatMul` + `Add`, `Relu`, and `Identity` renames), read from the ONNX protobuf itself.
 //!
-//! Why: a tract call costs microseconds whatever the batch, and a sharding search prices hundreds of
-//! thousands of device sets. The compute head is 32 → 64 → 1 wide, a few thousand multiply-adds, so
-//! evaluating it natively is two orders of magnitude cheaper than a runtime call. Its first layer is
-//! linear in the set sum, so [`NativeMlp::project_first`] lets a planner push each piece through that
-//! layer once and sum 64-vectors instead (see [`super::incremental`]). The graph stays the source of
-//! truth: a graph of any other shape is refused here and priced through tract instead, and a test
-//! checks the two agree.
+//! Every graph the trainer exports for a cost model or a policy MLP is such a chain (AutoShard's LSTM
+//! cell has its own evaluator), so this is the runtime of the learned models on every target:
+//! - speed: a tract call costs microseconds whatever the batch, and a sharding search prices hundreds of
+//!   thousands of device sets. The compute head is 32 → 64 → 1 wide, a few thousand multiply-adds, so
+//!   evaluating it natively is two orders of magnitude cheaper than a runtime call. Its first layer is
+//!   linear in the set sum, so [`NativeMlp::project_first`] lets a planner push each piece through that
+//!   layer once and sum 64-vectors instead (see [`super::incremental`]);
+//! - size: the browser bundle carries this file instead of a general ONNX runtime (docs/WEB.md, "Size");
+//! - one answer: the same arithmetic (f64) natively and in the browser.
+//!
+//! The graph stays the source of truth: a graph of any other shape is refused here and, in a native
+//! build with the `tract` feature, run through tract instead; tests check the two agree on every
+//! embedded graph.
 
 use std::collections::HashMap;
 
-use tract_onnx::pb::{GraphProto, TensorProto};
-use tract_onnx::prelude::Framework;
+use super::onnx::{GraphProto, NodeProto, TensorProto};
 
 /// One dense layer `y = W x + b`, optionally followed by `ReLU`.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,11 +82,11 @@ pub(crate) fn tensor_f64(t: &TensorProto) -> Result<Vec<f64>, String> {
     Ok(values)
 }
 
-fn int_attr(node: &tract_onnx::pb::NodeProto, name: &str, default: i64) -> i64 {
+fn int_attr(node: &NodeProto, name: &str, default: i64) -> i64 {
     node.attribute.iter().find(|a| a.name == name).map_or(default, |a| a.i)
 }
 
-fn float_attr(node: &tract_onnx::pb::NodeProto, name: &str, default: f32) -> f32 {
+fn float_attr(node: &NodeProto, name: &str, default: f32) -> f32 {
     node.attribute.iter().find(|a| a.name == name).map_or(default, |a| a.f)
 }
 
@@ -89,7 +94,7 @@ impl NativeMlp {
     /// Reads the MLP from ONNX bytes. Returns a message naming what is not supported when the graph
     /// is not a plain chain of dense layers and `ReLU`s on its single input.
     pub fn from_onnx(bytes: &[u8]) -> Result<Self, String> {
-        let model = tract_onnx::onnx().proto_model_for_read(&mut &bytes[..]).map_err(|e| format!("{e:#}"))?;
+        let model = super::onnx::decode_model(bytes)?;
         let graph = model.graph.as_ref().ok_or_else(|| unsupported("model has no graph"))?;
         Self::from_graph(graph)
     }

@@ -1,4 +1,4 @@
-//! Learned cost models run through tract (native and wasm32), loaded from bytes.
+//! Learned cost models loaded from ONNX bytes (native and wasm32).
 //!
 //! The compute model is a set model: per-table encoder (20, 128, 32 wide, `ReLU` between), a *sum*
 //! over the set, and a head (32, 64, 1 wide, `ReLU` between), predicting milliseconds (SPEC section 5). Because
@@ -11,12 +11,16 @@
 //! card's calibrated `z`, is the prediction interval ([`NeuralModel::compute_members_ms`], used by
 //! [`crate::cost::evaluate`]). A piece's incremental vector is the concatenation of its members' vectors.
 //!
-//! tract was chosen as the runtime because the same crate runs the ONNX graphs natively and in a
-//! browser; ONNX keeps the models inspectable and runnable elsewhere (onnxruntime, PyTorch).
+//! Every graph the trainer exports is a chain of dense layers, evaluated by [`NativeMlp`] in f64 on every
+//! target (the same numbers natively and in the browser). A graph of another shape runs through tract
+//! in a native build with planner-core's `tract` feature (on by default) and is refused without it (the
+//! browser bundle, which would otherwise carry a whole ONNX runtime: docs/WEB.md, "Size"). ONNX keeps
+//! the models inspectable and runnable elsewhere (onnxruntime, PyTorch).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+#[cfg(feature = "tract")]
 use tract_onnx::prelude::{Framework, InferenceModelExt, IntoRunnable, Tensor, TypedRunnableModel, tvec};
 
 use super::card::{CommCard, ENCODER_WIDTHS, HEAD_WIDTHS, ModelCard};
@@ -29,26 +33,39 @@ use crate::features::{NEUROSHARD_LEN, Normalisation, neuroshard_raw};
 /// Width of a piece embedding.
 pub const EMBED_LEN: usize = ENCODER_WIDTHS[2];
 
-type Runnable = std::sync::Arc<TypedRunnableModel>;
+/// How a [`Graph`] is evaluated.
+enum Runtime {
+    /// A chain of dense layers, in plain Rust.
+    Native(NativeMlp),
+    /// Any other graph, through tract.
+    #[cfg(feature = "tract")]
+    Tract(std::sync::Arc<TypedRunnableModel>),
+}
 
 /// One loaded ONNX graph with a single `[N, in]` input and a single `[N, out]` output.
 pub struct Graph {
     name: String,
-    plan: Runnable,
+    runtime: Runtime,
     input_width: usize,
     output_width: usize,
 }
 
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let runtime = if self.native().is_some() { "native" } else { "tract" };
+        write!(f, "Graph({}: [N, {}] -> [N, {}], {runtime})", self.name, self.input_width, self.output_width)
+    }
+}
+
 impl Graph {
-    /// Loads and optimises an ONNX graph, checking it maps `[1, input_width]` to `[1, output_width]`.
+    /// Loads an ONNX graph, checking it maps `[1, input_width]` to `[1, output_width]`: natively when it
+    /// is a chain of dense layers, otherwise through tract (refused in a build without it).
     pub fn load(model: &str, what: &str, bytes: &[u8], input_width: usize, output_width: usize) -> Result<Self> {
-        let err = |e: &dyn std::fmt::Display| Error::CostModel { model: model.into(), message: format!("{what}: {e}") };
-        let plan = tract_onnx::onnx()
-            .model_for_read(&mut &bytes[..])
-            .and_then(InferenceModelExt::into_optimized)
-            .and_then(IntoRunnable::into_runnable)
-            .map_err(|e| err(&format!("{e:#}")))?;
-        let g = Self { name: format!("{model}/{what}"), plan, input_width, output_width };
+        let runtime = match NativeMlp::from_onnx(bytes) {
+            Ok(mlp) => Runtime::Native(mlp),
+            Err(why) => Self::general(model, what, bytes, &why)?,
+        };
+        let g = Self { name: format!("{model}/{what}"), runtime, input_width, output_width };
         let probe = g.run(1, &vec![0.0; input_width]).map_err(|e| Error::ModelSchemaMismatch {
             model: model.into(),
             what: format!("{what} graph shape"),
@@ -66,23 +83,83 @@ impl Graph {
         Ok(g)
     }
 
+    /// A graph that is not a dense chain (`why` says what broke the chain), through tract.
+    #[cfg(feature = "tract")]
+    fn general(model: &str, what: &str, bytes: &[u8], why: &str) -> Result<Runtime> {
+        tract_onnx::onnx()
+            .model_for_read(&mut &bytes[..])
+            .and_then(InferenceModelExt::into_optimized)
+            .and_then(IntoRunnable::into_runnable)
+            .map(Runtime::Tract)
+            .map_err(|e| Error::CostModel {
+                model: model.into(),
+                message: format!("{what}: not a chain of dense layers ({why}), and tract cannot run it: {e:#}"),
+            })
+    }
+
+    /// Without tract only dense chains load.
+    #[cfg(not(feature = "tract"))]
+    fn general(model: &str, what: &str, _bytes: &[u8], why: &str) -> Result<Runtime> {
+        Err(Error::CostModel {
+            model: model.into(),
+            message: format!(
+                "{what}: the graph is not a chain of dense layers ({why}), and this build evaluates only those \
+                 (planner-core without its `tract` feature, as in the browser)"
+            ),
+        })
+    }
+
+    /// The graph as plain Rust, when it is a dense chain.
+    #[must_use]
+    pub fn native(&self) -> Option<&NativeMlp> {
+        match &self.runtime {
+            Runtime::Native(mlp) => Some(mlp),
+            #[cfg(feature = "tract")]
+            Runtime::Tract(_) => None,
+        }
+    }
+
     /// Runs `rows` rows of `input_width` values; returns `rows × output_width` values.
     pub fn run(&self, rows: usize, data: &[f32]) -> Result<Vec<f32>> {
         let err = |m: String| Error::CostModel { model: self.name.clone(), message: m };
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let input = Tensor::from_shape(&[rows, self.input_width], data).map_err(|e| err(format!("{e:#}")))?;
-        let out = self.plan.run(tvec!(input.into())).map_err(|e| err(format!("{e:#}")))?;
-        let first = out.first().ok_or_else(|| err("graph returned no output".into()))?;
-        let view = first.to_plain_array_view::<f32>().map_err(|e| err(format!("{e:#}")))?;
-        let values: Vec<f32> = view.iter().copied().collect();
+        if data.len() != rows * self.input_width {
+            return Err(err(format!("{} input values for {rows} rows of {}", data.len(), self.input_width)));
+        }
+        let values: Vec<f32> = match &self.runtime {
+            Runtime::Native(mlp) => {
+                if mlp.input_width() != self.input_width {
+                    return Err(err(format!(
+                        "the graph takes {} values per row, not {}",
+                        mlp.input_width(),
+                        self.input_width
+                    )));
+                }
+                let mut x = Vec::with_capacity(self.input_width);
+                let mut values = Vec::with_capacity(rows * mlp.output_width());
+                for row in data.chunks_exact(self.input_width) {
+                    x.clear();
+                    x.extend(row.iter().map(|&v| f64::from(v)));
+                    values.extend(mlp.forward(&x).into_iter().map(|v| v as f32));
+                }
+                values
+            }
+            #[cfg(feature = "tract")]
+            Runtime::Tract(plan) => {
+                let input = Tensor::from_shape(&[rows, self.input_width], data).map_err(|e| err(format!("{e:#}")))?;
+                let out = plan.run(tvec!(input.into())).map_err(|e| err(format!("{e:#}")))?;
+                let first = out.first().ok_or_else(|| err("graph returned no output".into()))?;
+                let view = first.to_plain_array_view::<f32>().map_err(|e| err(format!("{e:#}")))?;
+                view.iter().copied().collect()
+            }
+        };
         if values.len() != rows * self.output_width || values.iter().any(|v| !v.is_finite()) {
             return Err(err(format!(
-                "expected {} finite outputs for {rows} rows, got {} (shape {:?})",
+                "expected {} finite outputs for {rows} rows, got {}",
                 rows * self.output_width,
                 values.len(),
-                view.shape()
             )));
         }
         Ok(values)
@@ -138,24 +215,24 @@ struct CommGraphs {
     fw: Graph,
 }
 
-/// One compute network of a profile: encoder, head, and the head in plain Rust when possible.
+/// One compute network of a profile: encoder and head.
 struct Member {
     encoder: Graph,
     head: Graph,
-    native_head: Option<NativeMlp>,
 }
 
 impl Member {
     fn load(model: &str, k: usize, encoder: &[u8], head: &[u8]) -> Result<Self> {
         let tag = if k == 0 { String::new() } else { format!(" (member {k})") };
         let encoder = Graph::load(model, &format!("compute encoder{tag}"), encoder, ENCODER_WIDTHS[0], EMBED_LEN)?;
-        let head_graph = Graph::load(model, &format!("compute head{tag}"), head, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
-        // The head evaluated natively when its graph is a plain dense chain of the expected widths;
-        // otherwise every head call goes through tract.
-        let native_head = NativeMlp::from_onnx(head)
-            .ok()
-            .filter(|m| m.input_width() == HEAD_WIDTHS[0] && m.output_width() == HEAD_WIDTHS[2]);
-        Ok(Self { encoder, head: head_graph, native_head })
+        let head = Graph::load(model, &format!("compute head{tag}"), head, HEAD_WIDTHS[0], HEAD_WIDTHS[2])?;
+        // A dense-chain head (every head the trainer exports) is also priced incrementally, from
+        // fixed-point sums of first-layer projections; any other head runs on f32 embedding sums.
+        Ok(Self { encoder, head })
+    }
+
+    fn native_head(&self) -> Option<&NativeMlp> {
+        self.head.native()
     }
 }
 
@@ -205,7 +282,7 @@ impl NeuralModel {
         for (k, m) in c.ensemble.iter().enumerate() {
             members.push(Member::load(&card.name, k + 1, get(&m.encoder_file)?, get(&m.head_file)?)?);
         }
-        let native = members.iter().all(|m| m.native_head.is_some());
+        let native = members.iter().all(|m| m.native_head().is_some());
         let mut comm = BTreeMap::new();
         for cc in &card.comm {
             let d = cc.devices;
@@ -301,11 +378,11 @@ impl NeuralModel {
     /// The first member's head as plain Rust, when its graph is a dense chain (see [`NativeMlp`]).
     #[must_use]
     pub fn native_head(&self) -> Option<&NativeMlp> {
-        self.members[0].native_head.as_ref()
+        self.members[0].native_head()
     }
 
-    /// Runs the first member's head graph through tract on set sums; costs in ms, clamped at 0 (a step
-    /// never takes negative time).
+    /// Runs the first member's head graph on f32 set sums (not the fixed-point path the set costs take);
+    /// costs in ms, clamped at 0 (a step never takes negative time).
     pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
         self.member_head_ms(0, sums)
     }
@@ -344,8 +421,7 @@ impl NeuralModel {
                 .enumerate()
                 .map(|(m, member)| {
                     member
-                        .native_head
-                        .as_ref()
+                        .native_head()
                         .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
                 })
                 .collect());
@@ -388,7 +464,7 @@ impl NeuralModel {
                 let mut projection = Vec::new();
                 for (m, member) in self.members.iter().enumerate() {
                     let emb = per_member[m][j];
-                    if let (Some(native), true) = (&member.native_head, self.native) {
+                    if let (Some(native), true) = (member.native_head(), self.native) {
                         let x: Vec<f64> = emb.iter().map(|&v| f64::from(v)).collect();
                         for v in native.project_first(&x) {
                             projection.push(to_fixed(&self.card.name, v)?);
@@ -430,7 +506,7 @@ impl IncrementalCompute for NeuralModel {
         if !self.native {
             return 0;
         }
-        self.members.iter().map(|m| m.native_head.as_ref().map_or(0, NativeMlp::first_width)).sum()
+        self.members.iter().map(|m| m.native_head().map_or(0, NativeMlp::first_width)).sum()
     }
 
     fn piece_vectors(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<f64>> {
@@ -449,7 +525,7 @@ impl IncrementalCompute for NeuralModel {
 
     fn head_ms_with(&self, sum: &[i64], extra: &[i64], scratch: &mut [i64]) -> f64 {
         if let [member] = &self.members[..]
-            && let Some(n) = member.native_head.as_ref()
+            && let Some(n) = member.native_head()
         {
             // The search's hot path: the sum is never stored.
             return risk_adjusted(&[n.output_from_fixed_pair(sum, extra).max(0.0)], self.risk);
@@ -464,7 +540,7 @@ impl IncrementalCompute for NeuralModel {
         let k = self.members.len();
         if let [member] = &self.members[..] {
             // One model: no members to average (the search's hot path; no allocation).
-            let v = member.native_head.as_ref().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0));
+            let v = member.native_head().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0));
             return risk_adjusted(&[v], self.risk);
         }
         let width = sum.len() / k.max(1);
@@ -474,8 +550,7 @@ impl IncrementalCompute for NeuralModel {
             .enumerate()
             .map(|(m, member)| {
                 member
-                    .native_head
-                    .as_ref()
+                    .native_head()
                     .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
             })
             .collect();

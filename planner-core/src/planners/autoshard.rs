@@ -26,8 +26,7 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 
-use tract_onnx::pb::TensorProto;
-use tract_onnx::prelude::Framework;
+use crate::cost::onnx::TensorProto;
 
 use super::{PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::native::NativeMlp;
@@ -92,7 +91,7 @@ pub struct LstmCell {
 impl LstmCell {
     /// Reads the cell from ONNX bytes; the message names what is missing or of the wrong shape.
     pub fn from_onnx(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let model = tract_onnx::onnx().proto_model_for_read(&mut &bytes[..]).map_err(|e| format!("{e:#}"))?;
+        let model = crate::cost::onnx::decode_model(bytes)?;
         let graph = model.graph.as_ref().ok_or("model has no graph")?;
         let inits: HashMap<&str, &TensorProto> = graph.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
         let get = |name: String, dims: &[usize]| -> std::result::Result<Vec<f64>, String> {

@@ -14,6 +14,7 @@ mod autoshard;
 mod budget;
 mod dreamshard;
 mod memory;
+mod native_graphs;
 mod neuroshard;
 mod readme;
 mod torchrec_golden;

@@ -209,9 +209,17 @@ fn a_refined_planner_shares_one_budget_with_its_inner_planner() {
 fn native_head_equals_tract() {
     let model = profiles::load("h100").unwrap();
     let native = model.native_head().expect("the h100 head is a dense chain");
+    let head = profiles::find("h100").unwrap().files.iter().find(|(f, _)| *f == "compute_head.onnx").unwrap().1;
+    let via_tract = |rows: &[[f32; 32]]| -> Vec<f64> {
+        let data: Vec<f32> = rows.iter().flatten().copied().collect();
+        super::native_graphs::tract_rows(head, rows.len(), 32, &data)
+            .into_iter()
+            .map(|v| f64::from(v).max(0.0))
+            .collect()
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let rows: Vec<[f32; 32]> = (0..256).map(|_| std::array::from_fn(|_| rng.random_range(-4.0f32..4.0))).collect();
-    let tract = model.head_ms(&rows).unwrap();
+    let tract = via_tract(&rows);
     for (x, t) in rows.iter().zip(&tract) {
         let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let n = native.forward(&xs)[0].max(0.0);
@@ -229,9 +237,12 @@ fn native_head_equals_tract() {
             *s += v;
         }
     }
-    let via_tract = model.head_ms(&[sum]).unwrap()[0];
+    let via_tract = via_tract(&[sum])[0];
     let reported = model.compute_ms(&set).unwrap();
     assert!((reported - via_tract).abs() <= 1e-5 * via_tract.abs() + 1e-6, "{reported} vs {via_tract}");
+    // The head graph run on f32 sums (`head_ms`) is the same chain.
+    let head_ms = model.head_ms(&[sum]).unwrap()[0];
+    assert!((head_ms - via_tract).abs() <= 1e-5 * via_tract.abs() + 1e-6, "{head_ms} vs {via_tract}");
 }
 
 #[test]

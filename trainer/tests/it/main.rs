@@ -145,8 +145,19 @@ fn training_learns_the_fixture_and_the_profile_round_trips() {
     // The empty set is the head at zero: defined, finite, the same every time.
     let empty = model.compute_ms(&[]).unwrap();
     assert!(empty.is_finite() && empty >= 0.0);
-    // `compute_ms` runs the head natively in f64 (`cost::native`), `head_ms` through tract in f32.
-    let via_tract = model.head_ms(&[[0.0; 32]]).unwrap()[0];
+    // `compute_ms` runs the head natively in f64 (`cost::native`); tract runs the exported head in f32.
+    let via_tract = {
+        use tract_onnx::prelude::*;
+        let plan = tract_onnx::onnx()
+            .model_for_read(&mut &files["compute_head.onnx"][..])
+            .unwrap()
+            .into_optimized()
+            .unwrap()
+            .into_runnable()
+            .unwrap();
+        let out = plan.run(tvec!(Tensor::from_shape(&[1, 32], &[0.0f32; 32]).unwrap().into())).unwrap();
+        f64::from(out[0].to_plain_array_view::<f32>().unwrap().iter().copied().next().unwrap()).max(0.0)
+    };
     assert!((empty - via_tract).abs() <= 1e-5 * via_tract.abs() + 1e-6, "{empty} vs {via_tract}");
     assert_eq!(model.compute_ms(&[]).unwrap(), empty);
 }
