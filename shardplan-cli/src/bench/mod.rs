@@ -82,11 +82,12 @@ pub struct BenchArgs {
     /// Tasks per scale point (see --scale-points); 0 skips the scale section.
     #[arg(long, default_value_t = 3)]
     pub scale_tasks: usize,
-    /// Scale points as `TABLES/DEVICES`, comma-separated, smallest first (`--quick`: the first).
+    /// Scale points as `TABLES/DEVICES`, comma-separated, run in this order (`--quick`: the first). Points
+    /// that vary tables and devices apart also give each one's growth exponent.
     #[arg(long, default_value = "100/8,200/16,500/64,1000/128,2000/256")]
     pub scale_points: String,
     /// A planner whose median planning time at a scale point passed this many milliseconds is not run
-    /// at the larger points (its rows say so).
+    /// at the later points with at least as many tables and devices (its rows say so).
     #[arg(long, default_value_t = 10_000.0)]
     pub scale_cutoff_ms: f64,
     /// Tasks per cell of the seed-protocol section (DreamShard and AutoShard protocols, unseen tables,

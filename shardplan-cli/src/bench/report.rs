@@ -128,7 +128,8 @@ pub struct ScaleRow {
 }
 
 /// How a planner's planning time and peak heap grow over the scale points: the least-squares slope of
-/// log(value) on log(tables) (tables and devices grow together at the default points).
+/// log(value) on log(tables) along the points (tables and devices grow together at the default points),
+/// and, where the points vary tables and devices apart, the exponent of each with the other held.
 #[derive(Serialize)]
 pub struct ScaleFit {
     /// Planner.
@@ -139,6 +140,14 @@ pub struct ScaleFit {
     pub time_exponent: Option<f64>,
     /// Exponent of the peak heap.
     pub heap_exponent: Option<f64>,
+    /// Exponent of the median planning time in the number of tables, devices held.
+    pub time_exponent_tables: Option<f64>,
+    /// Exponent of the median planning time in the number of devices, tables held.
+    pub time_exponent_devices: Option<f64>,
+    /// Exponent of the peak heap in the number of tables, devices held.
+    pub heap_exponent_tables: Option<f64>,
+    /// Exponent of the peak heap in the number of devices, tables held.
+    pub heap_exponent_devices: Option<f64>,
 }
 
 /// One planner on a seed-protocol cell.
@@ -413,18 +422,41 @@ pub fn markdown(r: &BenchResult) -> String {
         ));
         if !r.scale_fits.is_empty() {
             out.push(
-                "\nGrowth over the points (least-squares slope of log value on log tables; devices grow with \
-                 the tables):\n"
+                "\nGrowth over the points (least-squares slope of log value on log tables along the points, \
+                 whatever the devices do; then log value fitted on log tables and log devices together, \
+                 \"-\" where the points do not vary the two apart):\n"
                     .to_string(),
             );
             let rows: Vec<Vec<String>> = r
                 .scale_fits
                 .iter()
                 .map(|f| {
-                    vec![f.planner.clone(), f.points.to_string(), opt(f.time_exponent, 2), opt(f.heap_exponent, 2)]
+                    vec![
+                        f.planner.clone(),
+                        f.points.to_string(),
+                        opt(f.time_exponent, 2),
+                        opt(f.heap_exponent, 2),
+                        opt(f.time_exponent_tables, 2),
+                        opt(f.time_exponent_devices, 2),
+                        opt(f.heap_exponent_tables, 2),
+                        opt(f.heap_exponent_devices, 2),
+                    ]
                 })
                 .collect();
-            out.push(render_table(&["planner", "points", "time exponent", "peak heap exponent"], &rows, true));
+            out.push(render_table(
+                &[
+                    "planner",
+                    "points",
+                    "time exponent",
+                    "peak heap exponent",
+                    "time: tables",
+                    "time: devices",
+                    "heap: tables",
+                    "heap: devices",
+                ],
+                &rows,
+                true,
+            ));
         }
     }
     for c in &r.seed_protocols {

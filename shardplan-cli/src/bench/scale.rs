@@ -70,14 +70,16 @@ fn points(list: &str) -> Result<Vec<(usize, usize)>> {
 }
 
 /// Planning time and peak heap of every planner but `random` on `count` tasks per scale point; a
-/// planner whose median passed `--scale-cutoff-ms` at one point is skipped at the later ones.
+/// planner whose median passed `--scale-cutoff-ms` at one point is skipped at the later points with at
+/// least as many tables and devices.
 pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
     let args = b.args;
     let mut points = checked_points(args)?;
     if args.quick {
         points.truncate(1);
     }
-    let mut too_slow: Vec<&str> = Vec::new();
+    // (planner, tables, devices) where a planner's median passed the cutoff.
+    let mut too_slow: Vec<(&str, usize, usize)> = Vec::new();
     let mut out = Vec::new();
     for (tables, devices) in points {
         let suite: Vec<SuiteTask> = (0..count)
@@ -99,7 +101,7 @@ pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
                 tasks: 0,
                 mean_cost_valid_ms: None,
                 peak_heap_max_bytes: 0,
-                skipped: too_slow.contains(&entry.name),
+                skipped: too_slow.iter().any(|&(n, t, d)| n == entry.name && t <= tables && d <= devices),
                 costs_ms: Vec::new(),
                 first_vs_this: None,
             };
@@ -127,7 +129,7 @@ pub fn scale(b: &Bench, count: usize) -> Result<Vec<ScaleRow>> {
                     row.peak_heap_max_bytes as f64 / f64::from(1u32 << 20)
                 );
                 if row.plan_time_p50_ms > args.scale_cutoff_ms {
-                    too_slow.push(entry.name);
+                    too_slow.push((entry.name, tables, devices));
                 }
             }
             out.push(row);
@@ -148,7 +150,39 @@ fn slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
-/// Each planner's growth exponents over the points it ran at (time and heap above zero).
+/// Least-squares exponents of `ys` on two regressors at once (`log v = a + b₁·x₁ + b₂·x₂`), each `None`
+/// where the points cannot separate it: a regressor that does not vary has no exponent (the other is then
+/// the one-regressor slope), and two that vary together (every point on one line, like the default
+/// points) separate neither; two regressors need at least 4 points.
+fn slopes2(x1: &[f64], x2: &[f64], ys: &[f64]) -> (Option<f64>, Option<f64>) {
+    let n = ys.len();
+    if n < 3 || x1.len() != n || x2.len() != n {
+        return (None, None);
+    }
+    let m = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
+    let (m1, m2, my) = (m(x1), m(x2), m(ys));
+    let s = |a: &[f64], ma: f64, b: &[f64], mb: f64| a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum::<f64>();
+    let (s11, s22, s12) = (s(x1, m1, x1, m1), s(x2, m2, x2, m2), s(x1, m1, x2, m2));
+    let (s1y, s2y) = (s(x1, m1, ys, my), s(x2, m2, ys, my));
+    // "Does not vary": no spread beyond rounding of the logs of equal counts.
+    let flat = |sxx: f64| sxx <= 1e-12;
+    match (flat(s11), flat(s22)) {
+        (true, true) => (None, None),
+        (false, true) => (Some(s1y / s11), None),
+        (true, false) => (None, Some(s2y / s22)),
+        (false, false) => {
+            let det = s11 * s22 - s12 * s12;
+            if n < 4 || det <= 1e-9 * s11 * s22 {
+                return (None, None);
+            }
+            (Some((s22 * s1y - s12 * s2y) / det), Some((s11 * s2y - s12 * s1y) / det))
+        }
+    }
+}
+
+/// Each planner's growth exponents over the points it ran at (time and heap above zero): along the
+/// points (on log tables, whatever the devices do), and with tables and devices separated where the
+/// points vary them apart.
 pub fn fits(rows: &[ScaleRow]) -> Vec<ScaleFit> {
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
@@ -160,22 +194,72 @@ pub fn fits(rows: &[ScaleRow]) -> Vec<ScaleFit> {
         .into_iter()
         .map(|name| {
             let ran: Vec<&ScaleRow> = rows.iter().filter(|r| r.planner == name && !r.skipped && r.tasks > 0).collect();
-            let fit = |value: &dyn Fn(&ScaleRow) -> f64| {
-                let pts: Vec<(f64, f64)> = ran
-                    .iter()
-                    .map(|r| (r.tables as f64, value(r)))
-                    .filter(|&(_, v)| v > 0.0)
-                    .map(|(t, v)| (t.ln(), v.ln()))
-                    .collect();
-                let (xs, ys): (Vec<f64>, Vec<f64>) = pts.into_iter().unzip();
-                slope(&xs, &ys)
+            // (log tables, log devices, log value) of the points where the value is above zero.
+            let logs = |value: &dyn Fn(&ScaleRow) -> f64| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+                let mut out = (Vec::new(), Vec::new(), Vec::new());
+                for r in &ran {
+                    let v = value(r);
+                    if v > 0.0 {
+                        out.0.push((r.tables as f64).ln());
+                        out.1.push((r.devices as f64).ln());
+                        out.2.push(v.ln());
+                    }
+                }
+                out
             };
+            let (tt, td, ty) = logs(&|r| r.plan_time_p50_ms);
+            let (ht, hd, hy) = logs(&|r| r.peak_heap_max_bytes as f64);
+            let (time_tables, time_devices) = slopes2(&tt, &td, &ty);
+            let (heap_tables, heap_devices) = slopes2(&ht, &hd, &hy);
             ScaleFit {
                 planner: name.to_string(),
                 points: ran.len(),
-                time_exponent: fit(&|r| r.plan_time_p50_ms),
-                heap_exponent: fit(&|r| r.peak_heap_max_bytes as f64),
+                time_exponent: slope(&tt, &ty),
+                heap_exponent: slope(&ht, &hy),
+                time_exponent_tables: time_tables,
+                time_exponent_devices: time_devices,
+                heap_exponent_tables: heap_tables,
+                heap_exponent_devices: heap_devices,
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{slope, slopes2};
+
+    fn ln(v: &[f64]) -> Vec<f64> {
+        v.iter().map(|x| x.ln()).collect()
+    }
+
+    #[test]
+    fn two_exponents_are_separated_where_the_points_vary_tables_and_devices_apart() {
+        // v = 3 · t^1.2 · d^0.5 on a diagonal, a row at fixed tables and a column at fixed devices.
+        let pts = [(100.0, 8.0), (200.0, 16.0), (500.0, 64.0), (500.0, 8.0), (500.0, 256.0), (2000.0, 64.0)];
+        let (t, d): (Vec<f64>, Vec<f64>) = pts.iter().copied().unzip();
+        let v: Vec<f64> = pts.iter().map(|(t, d)| 3.0 * t.powf(1.2) * d.powf(0.5)).collect();
+        let (bt, bd) = slopes2(&ln(&t), &ln(&d), &ln(&v));
+        assert!((bt.unwrap() - 1.2).abs() < 1e-9 && (bd.unwrap() - 0.5).abs() < 1e-9, "{bt:?} {bd:?}");
+    }
+
+    #[test]
+    fn an_axis_that_does_not_vary_or_varies_with_the_other_has_no_exponent_of_its_own() {
+        let v = |t: &[f64], d: &[f64]| -> Vec<f64> { t.iter().zip(d).map(|(t, d)| t.powf(1.5) * d).collect() };
+        // Devices fixed: the tables exponent alone.
+        let (t, d) = (vec![100.0, 200.0, 400.0], vec![64.0; 3]);
+        assert_eq!(slopes2(&ln(&t), &ln(&d), &ln(&v(&t, &d))).1, None);
+        assert!((slopes2(&ln(&t), &ln(&d), &ln(&v(&t, &d))).0.unwrap() - 1.5).abs() < 1e-9);
+        // Tables fixed: the devices exponent alone.
+        let (t, d) = (vec![500.0; 3], vec![8.0, 64.0, 256.0]);
+        let (bt, bd) = slopes2(&ln(&t), &ln(&d), &ln(&v(&t, &d)));
+        assert!(bt.is_none() && (bd.unwrap() - 1.0).abs() < 1e-9);
+        // Devices proportional to tables (the default points' shape): neither separates, the joint slope
+        // is their sum.
+        let (t, d) = (vec![100.0, 200.0, 400.0, 800.0], vec![8.0, 16.0, 32.0, 64.0]);
+        assert_eq!(slopes2(&ln(&t), &ln(&d), &ln(&v(&t, &d))), (None, None));
+        assert!((slope(&ln(&t), &ln(&v(&t, &d))).unwrap() - 2.5).abs() < 1e-9);
+        // Too few points.
+        assert_eq!(slopes2(&ln(&[1.0, 2.0]), &ln(&[1.0, 3.0]), &[0.0, 1.0]), (None, None));
+    }
 }

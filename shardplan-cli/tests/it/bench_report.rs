@@ -8,18 +8,33 @@
 use super::{bin, fake_collector, run, scratch};
 
 /// JSON keys holding planning times.
-const TIME_KEYS: [&str; 6] = [
+const TIME_KEYS: [&str; 10] = [
     "plan_time_p50_ms",
     "plan_time_p95_ms",
     "plan_time_max_ms",
     "peak_heap_max_bytes",
     "time_exponent",
     "heap_exponent",
+    "time_exponent_tables",
+    "time_exponent_devices",
+    "heap_exponent_tables",
+    "heap_exponent_devices",
 ];
 
 /// Markdown table columns holding planning times and heap peaks (by header), which vary run to run.
-const TIME_COLUMNS: [&str; 7] =
-    ["plan p50 ms", "plan p95 ms", "p50 ms", "max ms", "peak heap MiB", "time exponent", "peak heap exponent"];
+const TIME_COLUMNS: [&str; 11] = [
+    "plan p50 ms",
+    "plan p95 ms",
+    "p50 ms",
+    "max ms",
+    "peak heap MiB",
+    "time exponent",
+    "peak heap exponent",
+    "time: tables",
+    "time: devices",
+    "heap: tables",
+    "heap: devices",
+];
 
 /// `v` with every planning time and heap peak replaced by `null`.
 fn mask_json(v: &mut serde_json::Value) {
