@@ -188,6 +188,10 @@ pub struct RunSummary {
     pub p99_latency_us: f64,
     /// Heap bytes of the strategy state after the last update.
     pub state_bytes: usize,
+    /// Windows scored (all but window 0). With fewer than 2 the window-to-window figures are undefined
+    /// and reported as 0.
+    #[serde(default)]
+    pub scored_windows: usize,
 }
 
 /// Summarises `windows` (all updates, scored or not) of one run; window 0 (scored before any update) is
@@ -228,6 +232,7 @@ pub fn summarise(strategy: &str, seed: u64, windows: &[WindowMetrics], state_byt
         mean_latency_us: wmean(&|w| w.mean_latency_us),
         p99_latency_us: plain(&|w| w.p99_latency_us),
         state_bytes,
+        scored_windows: scored.len(),
     }
 }
 

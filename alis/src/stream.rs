@@ -255,12 +255,12 @@ pub fn parse_csv(text: &str) -> Result<Stream, AlisError> {
             reason: e.to_string(),
         })?;
         let t_s = get(c_time, "time")?;
-        let time = t_s.parse::<f64>().map_err(|e| AlisError::Parse {
-            line,
-            field: "time",
-            value: truncate(t_s),
-            reason: e.to_string(),
-        })?;
+        let time = t_s
+            .parse::<f64>()
+            .map_err(|e| e.to_string())
+            .and_then(|t| if t.is_finite() { Ok(t) } else { Err("must be a finite number".to_string()) });
+        // The value as written (`nan`, `inf`), not as Rust prints the parsed float.
+        let time = time.map_err(|reason| AlisError::Parse { line, field: "time", value: truncate(t_s), reason })?;
         let row_ids = parse_list::<u64>(get(c_rows, "row_ids")?, line, "row_ids")?;
         let table_ids = match c_tables.and_then(|c| rec.get(c)) {
             Some(s) if !s.is_empty() => Some(parse_list::<u32>(s, line, "table_ids")?),
@@ -373,5 +373,13 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("row_ids") && e.contains('x'), "{e}");
         let e = parse_csv("id,time\n1,2\n").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("header"), "{e}");
+        // Non-finite times are refused, echoed as written.
+        for t in ["nan", "inf", "-Infinity"] {
+            let e = parse_csv(&format!("request_id,time,row_ids\n1,{t},3\n"))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("line 2") && e.contains(&format!("{t:?}")) && e.contains("finite"), "{e}");
+        }
     }
 }

@@ -81,8 +81,8 @@ pub struct DynamicArgs {
     /// Write the full results (summaries, and per-window metrics with --per-window) as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Include per-window metrics in the JSON.
-    #[arg(long)]
+    /// Include per-window metrics in the JSON (needs --out).
+    #[arg(long, requires = "out")]
     pub per_window: bool,
     /// Generator: communities.
     #[arg(long, default_value_t = 64)]
@@ -264,6 +264,14 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(n) = cells.iter().flat_map(|c| &c.runs).map(|r| r.scored_windows).min().filter(|&n| n < 2) {
+        eprintln!(
+            "warning: windows of {window_requests} requests leave {n} scored window{} in this stream of {n_req} \
+             requests: window-to-window variability is undefined and the goals are not judged (give a smaller \
+             --window-requests)",
+            if n == 1 { "" } else { "s" }
+        );
+    }
     println!("{}", markdown(&source, n_req, n_rows, window_requests, &args.shards, &cells));
     let peak = peak_rss_bytes();
     if let Some(b) = peak {
@@ -314,6 +322,19 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
     );
     for &sh in shards {
         let _ = writeln!(s, "### S = {sh}\n");
+        // Window-to-window figures need two scored windows (window 0 is served before any update and not
+        // scored); with fewer they are undefined, not a perfectly stable 0.
+        let scored = cells.iter().filter(|c| c.shards == sh).flat_map(|c| &c.runs).map(|r| r.scored_windows).min();
+        let judged = scored.is_some_and(|n| n >= 2);
+        if !judged {
+            let n = scored.unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "**Only {n} scored window{}**: the window-to-window figures are undefined (shown as –) and the goals \
+                 are not judged. Give a smaller `--window-requests` for at least 3 windows.\n",
+                if n == 1 { "" } else { "s" }
+            );
+        }
         let _ = writeln!(
             s,
             "| strategy | mean fanout | P99 fanout | window sd | step sd | remote rows/req | max row imb | traffic imb | migrated rows/update | update ms | latency µs | P99 latency µs | state MiB |"
@@ -324,14 +345,16 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
                 let (m, d) = mean_sd(c.runs.iter().map(g));
                 format!("{m:.prec$} ± {d:.prec$}")
             };
+            let variability =
+                |g: &dyn Fn(&RunSummary) -> f64, prec: usize| if judged { f(g, prec) } else { "–".into() };
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.strategy,
                 f(&|r| r.mean_fanout, 3),
                 f(&|r| r.p99_fanout, 2),
-                f(&|r| r.window_fanout_sd, 3),
-                f(&|r| r.window_fanout_step_sd, 3),
+                variability(&|r| r.window_fanout_sd, 3),
+                variability(&|r| r.window_fanout_step_sd, 3),
                 f(&|r| r.remote_rows_per_request, 2),
                 f(&|r| r.max_row_imbalance, 3),
                 f(&|r| r.mean_traffic_imbalance, 2),
@@ -343,6 +366,10 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
             );
         }
         let get = |p: &str| cells.iter().find(|c| c.shards == sh && c.strategy == p);
+        if !judged {
+            s.push('\n');
+            continue;
+        }
         if let (Some(a), Some(full)) = (get("alis"), get("full")) {
             let (au, _) = mean_sd(a.runs.iter().map(|r| r.update_ms));
             let (fu, _) = mean_sd(full.runs.iter().map(|r| r.update_ms));

@@ -563,7 +563,32 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
         &["window_requests", "1000", "1..=19"],
     );
     check_fails(bin().args(["dynamic", "--input"]).arg(dir.join("missing.jsonl")), &["missing.jsonl"]);
+    // Per-window metrics go only into the JSON report: without one there is nowhere to put them.
+    check_fails(bin().args(["dynamic", "--input"]).arg(&input).arg("--per-window"), &["--per-window", "--out"]);
+    // A time of `nan` is echoed as written.
+    let csv = dir.join("nan.csv");
+    std::fs::write(&csv, "request_id,time,row_ids\n1,0.5,3;4\n2,nan,5\n").unwrap();
+    check_fails(bin().args(["dynamic", "--input"]).arg(&csv), &["line 3", "time", "\"nan\"", "finite"]);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me", "a failed run must not overwrite the report");
+}
+
+#[test]
+fn dynamic_with_one_scored_window_says_so_instead_of_a_perfect_stability() {
+    let dir = scratch("dynamic-one-window");
+    let input = dir.join("stream.jsonl");
+    write_stream(&input, 20);
+    // Windows of 10: window 0 is served by hash, window 1 is the only one scored.
+    let (o, text) =
+        run(bin().args(["dynamic", "--input"]).arg(&input).args(["--window-requests", "10", "--shards", "2"]));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Only 1 scored window") && text.contains("not judged"), "{text}");
+    assert!(text.contains("warning: windows of 10 requests leave 1 scored window"), "{text}");
+    assert!(!text.contains("0.000 ± 0.000") && !text.contains("NOT met") && !text.contains("ALIS vs full"), "{text}");
+    // Three windows (two scored) are judged.
+    let (o, text) =
+        run(bin().args(["dynamic", "--input"]).arg(&input).args(["--window-requests", "7", "--shards", "2"]));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("ALIS vs full") && !text.contains("scored window"), "{text}");
 }
 
 /// Inputs that once gave wrong answers, aborts or minutes of work: each is refused at once, by name.
