@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Every test of the workspace: the Rust tests, the browser module's binding tests under Node, and the web
-# demo's end-to-end test in headless Chromium. The README's test command and CI both run this script.
+# Every test of the workspace: the Rust tests, the Python package's tests (its wheel installed into a fresh
+# virtual environment), the browser module's binding tests under Node, and the web demo's end-to-end test
+# in headless Chromium. The README's test command and CI both run this script.
 #
-# Needs Rust (rustup), Node.js >= 20 with npm, and Chromium (Debian: `apt-get install chromium`; or set
-# CHROMIUM to a Chromium/Chrome binary). It adds what rustup and cargo can install itself: the
+# Needs Rust (rustup), Python >= 3.9 with venv (`$PYTHON`, default python3), Node.js >= 20 with npm, and
+# Chromium (Debian: `apt-get install chromium`; or set CHROMIUM to a Chromium/Chrome binary). It adds what rustup and cargo can install itself: the
 # wasm32-unknown-unknown target of the pinned toolchain and wasm-bindgen-cli of the pinned version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,22 @@ rustup target add --toolchain "$toolchain" wasm32-unknown-unknown
 
 step "Rust tests"
 cargo_step cargo test --workspace
+
+step "Python package: the wheel, installed into a fresh virtual environment, and its tests"
+# maturin and pytest come from PyPI into virtual environments under target/ (nothing system-wide). The
+# wheel is built with the dev profile (the suite plans small tasks; a release wheel is `maturin build
+# --release`, docs/PYTHON.md) and tested against the CLI the Rust tests just built.
+python=${PYTHON:-python3}
+tools=target/python-tools
+if [ ! -x "$tools/bin/maturin" ]; then
+  "$python" -m venv "$tools"
+  "$tools/bin/pip" install --quiet "maturin>=1.9,<2"
+fi
+rm -rf target/python-wheel target/python-test
+(cd python && "../$tools/bin/maturin" build --quiet --out ../target/python-wheel)
+"$python" -m venv target/python-test
+target/python-test/bin/pip install --quiet target/python-wheel/shardplan-*.whl pytest
+SHARDPLAN_CLI="$PWD/target/debug/shardplan" target/python-test/bin/pytest -q -p no:cacheprovider python/tests
 
 step "wasm-bindgen-cli"
 want=$(sed -n 's/^wasm-bindgen = "=\(.*\)".*/\1/p' Cargo.toml)

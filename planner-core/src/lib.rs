@@ -23,6 +23,7 @@
 //! `bound`, `pool`, the learned planners' networks and episodes in `planners::dreamshard` /
 //! `planners::autoshard`); their API follows those tools and may change between releases.
 
+pub mod api;
 pub mod bound;
 pub mod cost;
 pub mod dataset;

@@ -21,7 +21,8 @@
 //! what must touch JavaScript. A panic hook reports Rust panics on the console with their message
 //! instead of a bare `unreachable` trap.
 
-pub mod api;
+/// The binding's operations on Rust values, shared with the Python package.
+pub use planner_core::api;
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;

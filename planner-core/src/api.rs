@@ -1,10 +1,11 @@
-//! The binding's operations on Rust values: request types in, planner-core calls, documents out.
-//! Nothing here touches JavaScript, so it is tested natively; the clock is passed in.
+//! The bindings' operations on Rust values (the browser module's and the Python package's): request
+//! types in, planner-core calls, documents out.
+//! Nothing here touches JavaScript or Python, so it is tested natively; the clock is passed in.
 
-use planner_core::cost::{ModelChoice, profiles};
-use planner_core::planners::planner;
-use planner_core::units::GIB;
-use planner_core::{
+use crate::cost::{ModelChoice, profiles};
+use crate::planners::planner;
+use crate::units::GIB;
+use crate::{
     CostDefinition, CostModel, Devices, Error, HardwareProfile, MemoryRule, PLAN_SCHEMA, Plan, PlanContext,
     PlanDocument, REGISTRY, Result, Task, whatif,
 };
@@ -14,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// embedded trained profiles.
 #[must_use]
 pub fn cost_model_names() -> Vec<&'static str> {
-    planner_core::cost::model_names()
+    crate::cost::model_names()
 }
 
 /// Which cost model prices plans; every field has the CLI's default.
@@ -149,14 +150,14 @@ pub fn sample_task(req: &SampleRequest) -> Result<Task> {
     if req.devices == 0 {
         return Err(Error::field(ctx, "devices", 0, "at least 1"));
     }
-    planner_core::task::sample_task(Devices::uniform(req.devices, cap)?, max_dim, req.tables, req.seed, req.index)
+    crate::task::sample_task(Devices::uniform(req.devices, cap)?, max_dim, req.tables, req.seed, req.index)
 }
 
 /// Parses uploaded tables text as `format` (`csv` or `json`).
-pub fn parse_tables(text: &str, format: &str, default_dim: Option<u32>) -> Result<Vec<planner_core::TableSpec>> {
+pub fn parse_tables(text: &str, format: &str, default_dim: Option<u32>) -> Result<Vec<crate::TableSpec>> {
     match format.to_ascii_lowercase().as_str() {
-        "csv" => planner_core::input::parse_tables_csv(text, default_dim),
-        "json" => planner_core::input::parse_tables_json(text),
+        "csv" => crate::input::parse_tables_csv(text, default_dim),
+        "json" => crate::input::parse_tables_json(text),
         other => Err(Error::field("uploaded tables", "format", format!("{other:?}"), "\"csv\" or \"json\"")),
     }
 }
@@ -221,14 +222,14 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
         Some(ms) => return Err(Error::field("plan request", "budget_ms", ms, "a positive number of milliseconds")),
     };
     let task = req.task.clone().with_memory(req.memory);
-    planner_core::memory::check_capacity(&task)?;
+    crate::memory::check_capacity(&task)?;
     let start = now_ms();
     let mut plan = planner.plan(&task, &ctx)?;
     for _ in 1..req.repeat {
         plan = planner.plan(&task, &ctx)?;
     }
     let planning_ms = (now_ms() - start) / f64::from(req.repeat);
-    let report = planner_core::evaluate(&task, &plan, model.as_ref(), req.model.definition)?;
+    let report = crate::evaluate(&task, &plan, model.as_ref(), req.model.definition)?;
     Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, task, &plan, report), planning_ms })
 }
 
@@ -242,8 +243,19 @@ fn validated(doc: &PlanDocument) -> Result<Plan> {
 /// Re-evaluates a plan document under `model`.
 pub fn evaluate(doc: PlanDocument, model: &ModelOptions) -> Result<PlanDocument> {
     let plan = validated(&doc)?;
-    let report = planner_core::evaluate(&doc.task, &plan, model.build()?.as_ref(), model.definition)?;
+    let report = crate::evaluate(&doc.task, &plan, model.build()?.as_ref(), model.definition)?;
     Ok(PlanDocument { report, ..doc })
+}
+
+/// A plan document as TorchRec's sharding plan (`shardplan export --format torchrec`): per table its
+/// sharding type, compute kernel, ranks and shard metadata; `local_world_size` groups ranks into hosts
+/// for table-row-wise sharding.
+pub fn to_torchrec(
+    doc: &PlanDocument,
+    local_world_size: Option<usize>,
+) -> Result<crate::torchrec_plan::TorchRecPlanDocument> {
+    let plan = validated(doc)?;
+    crate::torchrec_plan::to_torchrec_plan(&doc.task, &plan, local_world_size)
 }
 
 /// Suffix of the planner name of an edited plan, so a downloaded plan says it was edited by hand.
@@ -253,7 +265,7 @@ pub const EDITED_SUFFIX: &str = "+what-if";
 pub fn what_if(doc: PlanDocument, edit: &whatif::Edit, model: &ModelOptions) -> Result<PlanDocument> {
     let plan = validated(&doc)?;
     let (task, plan) = whatif::apply(&doc.task, &plan, edit)?;
-    let report = planner_core::evaluate(&task, &plan, model.build()?.as_ref(), model.definition)?;
+    let report = crate::evaluate(&task, &plan, model.build()?.as_ref(), model.definition)?;
     let planner =
         if doc.planner.ends_with(EDITED_SUFFIX) { doc.planner } else { format!("{}{EDITED_SUFFIX}", doc.planner) };
     Ok(PlanDocument::new(&planner, doc.seed, task, &plan, report))
@@ -262,7 +274,7 @@ pub fn what_if(doc: PlanDocument, edit: &whatif::Edit, model: &ModelOptions) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planner_core::SuiteSpec;
+    use crate::SuiteSpec;
 
     fn sample() -> Task {
         sample_task(&SampleRequest {
