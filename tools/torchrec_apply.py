@@ -11,7 +11,8 @@ your `EmbeddingBagCollection`:
     ebc_plan = module_sharding_plan(ebc, doc)              # EmbeddingModuleShardingPlan
     plan = ShardingPlan({"path.to.ebc": ebc_plan})         # for DistributedModelParallel(plan=...)
 
-Each table uses TorchRec's public generator when it expresses the layout exactly — `table_wise(rank)`,
+Needs the `shardplan` package installed in the TorchRec environment (docs/PYTHON.md): the conversion
+is `shardplan.torchrec.module_sharding_plan`. Each table uses TorchRec's public generator when it expresses the layout exactly — `table_wise(rank)`,
 `column_wise(ranks)` for equal column blocks, `row_wise()` for TorchRec's own row split — and otherwise
 a generator that passes the file's shard offsets, sizes and ranks through to TorchRec's
 `_get_parameter_sharding` (a private helper of `torchrec.distributed.sharding_plan`, the one its
@@ -28,7 +29,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict
+
+# The conversion lives in the Python package (`python/`, `shardplan.torchrec`); install its wheel into the
+# TorchRec environment (docs/PYTHON.md).
+from shardplan.torchrec import generators, module_sharding_plan  # noqa: F401  (re-exported for callers)
 
 SCHEMA = "shardplan.torchrec-plan/v1"
 
@@ -40,73 +45,6 @@ def load_plan(path: str) -> Dict[str, Any]:
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA!r}")
     return doc
-
-
-def _torchrec_row_split(rows: int, world: int) -> List[int]:
-    # TorchRec's _calculate_rw_shard_sizes_and_offsets: ceil(rows / world) per rank, remainder last.
-    import math
-
-    block = math.ceil(rows / world)
-    last = rows // block
-    return [block if r < last else (rows - block * last if r == last else 0) for r in range(world)]
-
-
-def _passthrough(sharding_type: str, kernel: str, shards: List[Tuple[List[int], List[int], int]]) -> Callable:
-    from torchrec.distributed.sharding_plan import _get_parameter_sharding
-
-    def generator(param, local_size, world_size, device_type, sharder):
-        return _get_parameter_sharding(
-            param, sharding_type, shards, local_size, device_type, sharder, compute_kernel=kernel
-        )
-
-    return generator
-
-
-def generators(doc: Dict[str, Any]) -> Dict[str, Callable]:
-    """Table name -> TorchRec `ParameterShardingGenerator` for `construct_module_sharding_plan`."""
-    from torchrec.distributed.sharding_plan import column_wise, row_wise, table_wise
-
-    out: Dict[str, Callable] = {}
-    for name, ps in doc["plan"].items():
-        st, kernel, ranks, spec = ps["sharding_type"], ps["compute_kernel"], ps["ranks"], ps["sharding_spec"]
-        shards = [(s["shard_sizes"], s["shard_offsets"], r) for s, r in zip(spec, ranks)]
-        rows, dim = doc["tables"][name]["num_embeddings"], doc["tables"][name]["embedding_dim"]
-        if st == "table_wise":
-            out[name] = table_wise(rank=ranks[0], compute_kernel=kernel)
-        elif st == "column_wise" and len({s["shard_sizes"][1] for s in spec}) == 1:
-            out[name] = column_wise(ranks=ranks, compute_kernel=kernel)
-        elif (
-            st == "row_wise"
-            and ranks == list(range(doc["world_size"]))
-            and [s["shard_sizes"][0] for s in spec] == _torchrec_row_split(rows, doc["world_size"])
-        ):
-            out[name] = row_wise(compute_kernel=kernel)
-        elif st in ("column_wise", "row_wise"):
-            out[name] = _passthrough(st, kernel, shards)
-        else:
-            raise ValueError(f"table {name}: unknown sharding_type {st!r}")
-    return out
-
-
-def module_sharding_plan(ebc, doc: Dict[str, Any]):
-    """`construct_module_sharding_plan` for `ebc` (an EmbeddingBagCollection) from a loaded document."""
-    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
-
-    shapes = {c.name: (c.num_embeddings, c.embedding_dim) for c in ebc.embedding_bag_configs()}
-    for name, shape in doc["tables"].items():
-        want = (shape["num_embeddings"], shape["embedding_dim"])
-        if shapes.get(name) != want:
-            raise ValueError(f"table {name}: the plan is for shape {want}, the module has {shapes.get(name)}")
-    missing = sorted(set(shapes) - set(doc["tables"]))
-    if missing:
-        raise ValueError(f"the plan has no sharding for tables {missing}")
-    return construct_module_sharding_plan(
-        ebc,
-        generators(doc),
-        local_size=doc["local_world_size"],
-        world_size=doc["world_size"],
-        device_type=doc["device_type"],
-    )
 
 
 def check(path: str) -> int:
