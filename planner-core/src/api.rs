@@ -50,13 +50,22 @@ impl ModelOptions {
     /// have any device count, a profile prices comm analytically where it has no comm model for it (the
     /// model's name says so).
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
+        self.choice().build()
+    }
+
+    /// The options applied to a profile loaded from outside the library (a directory the caller read):
+    /// the same rule, with [`ModelOptions::cost_model`] unused.
+    pub fn build_loaded(&self, model: crate::cost::NeuralModel) -> Result<Box<dyn CostModel>> {
+        self.choice().build_loaded(model)
+    }
+
+    fn choice(&self) -> ModelChoice {
         ModelChoice {
             hw: self.hw.clone(),
             global_batch: self.global_batch,
             comm_fallback: true,
             ..ModelChoice::new(self.cost_model.as_str())
         }
-        .build()
     }
 }
 
@@ -209,16 +218,21 @@ pub struct PlanOutcome {
 
 /// Plans `req.task` with `req.planner`; `now_ms` is a monotonic clock in ms.
 pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> {
+    plan_with(req, req.model.build()?.as_ref(), now_ms)
+}
+
+/// [`plan`] with a cost model the caller built (a loaded profile: [`ModelOptions::build_loaded`]);
+/// `req.model` gives only the cost definition.
+pub fn plan_with(req: &PlanRequest, model: &dyn CostModel, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> {
     let entry = planner(&req.planner)?;
-    let model = req.model.build()?;
     let planner = entry.build();
     if !(1..=MAX_REPEAT).contains(&req.repeat) {
         return Err(Error::field("plan request", "repeat", req.repeat, format!("1..={MAX_REPEAT}")));
     }
     let clock: &dyn Fn() -> f64 = &now_ms;
     let ctx = match req.budget_ms {
-        None => PlanContext::new(model.as_ref(), req.seed),
-        Some(ms) if ms.is_finite() && ms > 0.0 => PlanContext::new(model.as_ref(), req.seed).with_budget(clock, ms),
+        None => PlanContext::new(model, req.seed),
+        Some(ms) if ms.is_finite() && ms > 0.0 => PlanContext::new(model, req.seed).with_budget(clock, ms),
         Some(ms) => return Err(Error::field("plan request", "budget_ms", ms, "a positive number of milliseconds")),
     };
     let task = req.task.clone().with_memory(req.memory);
@@ -229,7 +243,7 @@ pub fn plan(req: &PlanRequest, now_ms: impl Fn() -> f64) -> Result<PlanOutcome> 
         plan = planner.plan(&task, &ctx)?;
     }
     let planning_ms = (now_ms() - start) / f64::from(req.repeat);
-    let report = crate::evaluate(&task, &plan, model.as_ref(), req.model.definition)?;
+    let report = crate::evaluate(&task, &plan, model, req.model.definition)?;
     Ok(PlanOutcome { document: PlanDocument::new(entry.name, req.seed, task, &plan, report), planning_ms })
 }
 
@@ -242,8 +256,13 @@ fn validated(doc: &PlanDocument) -> Result<Plan> {
 
 /// Re-evaluates a plan document under `model`.
 pub fn evaluate(doc: PlanDocument, model: &ModelOptions) -> Result<PlanDocument> {
+    evaluate_with(doc, model.build()?.as_ref(), model.definition)
+}
+
+/// [`evaluate`] with a cost model the caller built, under `definition`.
+pub fn evaluate_with(doc: PlanDocument, model: &dyn CostModel, definition: CostDefinition) -> Result<PlanDocument> {
     let plan = validated(&doc)?;
-    let report = crate::evaluate(&doc.task, &plan, model.build()?.as_ref(), model.definition)?;
+    let report = crate::evaluate(&doc.task, &plan, model, definition)?;
     Ok(PlanDocument { report, ..doc })
 }
 

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _shardplan
-from ._shardplan import ShardplanError
+from ._shardplan import Profile, ShardplanError
 
 __all__ = [
     "Plan",
+    "Profile",
     "ShardplanError",
     "cost_models",
     "evaluate",
+    "load_profile",
     "plan",
     "planners",
     "tables_from",
@@ -43,6 +46,26 @@ def planners() -> list[dict[str, Any]]:
 def cost_models() -> list[dict[str, Any]]:
     """Every cost model this build knows: ``{"name", "summary", "is_default", "hardware", "definitions"}``."""
     return json.loads(_shardplan.cost_models_json())
+
+
+def load_profile(path: Union[str, "os.PathLike[str]"]) -> Profile:
+    """A cost-model profile directory that ``shardplan-train`` wrote (``card.json`` and the ``.onnx`` graphs
+    it names), checked by loading it once; pass it as ``cost_model=`` to :func:`plan` and :func:`evaluate`.
+    Its graphs run in planner-core's own evaluators, which take chains of dense layers (every graph the
+    trainer exports); any other graph is refused, naming it."""
+    directory = os.fspath(path)
+    card = os.path.join(directory, "card.json")
+    try:
+        with open(card, encoding="utf-8") as f:
+            card_json = f.read()
+        files = {}
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".onnx"):
+                with open(os.path.join(directory, name), "rb") as f:
+                    files[name] = f.read()
+    except OSError as e:
+        raise ShardplanError(f"profile directory {directory!r}: {e.strerror or e}: {e.filename or card}") from None
+    return Profile(card_json, files)
 
 
 def _size(field: str, value: Union[int, str]) -> int:
@@ -165,13 +188,22 @@ class Plan:
         )
 
 
-def _model(cost_model: str, definition: str, hw: Optional[str], global_batch: Optional[int]) -> dict[str, Any]:
-    model: dict[str, Any] = {"cost_model": cost_model, "definition": definition}
+def _model(
+    cost_model: Union[str, Profile], definition: str, hw: Optional[str], global_batch: Optional[int]
+) -> tuple[dict[str, Any], Optional[Profile]]:
+    """The model options as JSON, and the loaded profile when ``cost_model`` is one."""
+    profile = cost_model if isinstance(cost_model, Profile) else None
+    name = profile.name if profile is not None else cost_model
+    if not isinstance(name, str):
+        raise ShardplanError(
+            f"field `cost_model` = {cost_model!r} is invalid (allowed: a cost model name, or load_profile(path))"
+        )
+    model: dict[str, Any] = {"cost_model": name, "definition": definition}
     if hw is not None:
         model["hw"] = hw
     if global_batch is not None:
         model["global_batch"] = global_batch
-    return model
+    return model, profile
 
 
 def plan(
@@ -180,7 +212,7 @@ def plan(
     *,
     mem: Union[int, str] = "4GiB",
     planner: Optional[str] = None,
-    cost_model: str = "h100",
+    cost_model: Union[str, Profile] = "h100",
     definition: str = "neuroshard",
     hw: Optional[str] = None,
     global_batch: Optional[int] = None,
@@ -190,7 +222,8 @@ def plan(
     memory: Optional[dict[str, Any]] = None,
 ) -> Plan:
     """Plans ``tables`` on ``devices`` (a count of devices with ``mem`` each, or a list of per-device
-    caps) with ``planner`` (default: the CLI's, ``auto``) under ``cost_model``, as ``shardplan plan``.
+    caps) with ``planner`` (default: the CLI's, ``auto``) under ``cost_model`` (a name from
+    :func:`cost_models`, or a :func:`load_profile` directory), as ``shardplan plan``.
 
     ``memory`` is the memory rule (default TorchRec's: 15% of every cap reserved, buffers counted), as
     the CLI's ``--memory-rule``. ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
@@ -204,24 +237,20 @@ def plan(
     else:
         caps = [_size(f"devices[{i}]", c) for i, c in enumerate(devices)]
     task = {"tables": tables_from(tables, pooling_factors), "devices": {"mem_cap_bytes": caps}}
-    request: dict[str, Any] = {
-        "task": task,
-        "planner": planner or DEFAULT_PLANNER,
-        "seed": seed,
-        "model": _model(cost_model, definition, hw, global_batch),
-    }
+    model, profile = _model(cost_model, definition, hw, global_batch)
+    request: dict[str, Any] = {"task": task, "planner": planner or DEFAULT_PLANNER, "seed": seed, "model": model}
     if budget_ms is not None:
         request["budget_ms"] = budget_ms
     if memory is not None:
         request["memory"] = memory
-    out = json.loads(_shardplan.plan_json(json.dumps(request)))
+    out = json.loads(_shardplan.plan_json(json.dumps(request), profile))
     return Plan(out["document"], out["planning_ms"])
 
 
 def evaluate(
     plan: Union[Plan, dict[str, Any], str],
     *,
-    cost_model: str = "h100",
+    cost_model: Union[str, Profile] = "h100",
     definition: str = "neuroshard",
     hw: Optional[str] = None,
     global_batch: Optional[int] = None,
@@ -234,5 +263,5 @@ def evaluate(
         text = plan
     else:
         text = json.dumps(plan)
-    model = _model(cost_model, definition, hw, global_batch)
-    return Plan(json.loads(_shardplan.evaluate_json(text, json.dumps(model))))
+    model, profile = _model(cost_model, definition, hw, global_batch)
+    return Plan(json.loads(_shardplan.evaluate_json(text, json.dumps(model), profile)))

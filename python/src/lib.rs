@@ -7,11 +7,14 @@
 //! `shardplan.ShardplanError` (a `ValueError`) carrying the core's message, and catches a Rust panic
 //! before it reaches Python (reported as a `ShardplanError` that says so).
 
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Instant;
 
-use planner_core::PlanDocument;
 use planner_core::api::{self, ModelOptions, PlanRequest};
+use planner_core::cost::NeuralModel;
+use planner_core::{CostModel, PlanDocument};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -93,24 +96,77 @@ fn parse_tables_json(py: Python<'_>, text: String, format: String, default_dim: 
     call(py, move || to_json(&api::parse_tables(&text, &format, default_dim)?))
 }
 
-/// Plans: a `PlanRequest` as JSON (`{task, planner, seed, model, memory, budget_ms}`) → `{document,
-/// planning_ms}` as JSON.
-#[pyfunction]
-fn plan_json(py: Python<'_>, request: String) -> PyResult<String> {
-    call(py, move || {
-        let req: PlanRequest = parse("plan request", &request)?;
-        let start = Instant::now();
-        to_json(&api::plan(&req, || start.elapsed().as_secs_f64() * 1e3)?)
+/// The bytes of a profile directory `shardplan-train` wrote (its `card.json` and graph files), read by the
+/// Python side and checked here by loading them once.
+#[pyclass(frozen, module = "shardplan._shardplan")]
+struct Profile {
+    bytes: ProfileBytes,
+    /// The card's name.
+    #[pyo3(get)]
+    name: String,
+}
+
+/// A profile's card and graph files, shared without copying.
+#[derive(Clone)]
+struct ProfileBytes {
+    card_json: Arc<str>,
+    files: Arc<BTreeMap<String, Vec<u8>>>,
+}
+
+impl ProfileBytes {
+    fn model(&self) -> Result<NeuralModel, Failure> {
+        Ok(NeuralModel::from_profile(&self.card_json, |f| self.files.get(f).map(Vec::as_slice))?)
+    }
+}
+
+#[pymethods]
+impl Profile {
+    #[new]
+    fn new(py: Python<'_>, card_json: String, files: BTreeMap<String, Vec<u8>>) -> PyResult<Self> {
+        let bytes = ProfileBytes { card_json: card_json.into(), files: Arc::new(files) };
+        let check = bytes.clone();
+        let name = call(py, move || Ok(check.model()?.card().name.clone()))?;
+        Ok(Self { bytes, name })
+    }
+}
+
+/// The cost model of a request: a loaded profile with the request's options, or the named one.
+fn model_for(options: &ModelOptions, profile: Option<&ProfileBytes>) -> Result<Box<dyn CostModel>, Failure> {
+    Ok(match profile {
+        Some(p) => options.build_loaded(p.model()?)?,
+        None => options.build()?,
     })
 }
 
-/// Re-evaluates a plan document (JSON) under a model (`ModelOptions` JSON).
+/// Plans: a `PlanRequest` as JSON (`{task, planner, seed, model, memory, budget_ms}`) → `{document,
+/// planning_ms}` as JSON.
+/// With `profile`, the request's model options apply to that loaded profile.
 #[pyfunction]
-fn evaluate_json(py: Python<'_>, document: String, model: String) -> PyResult<String> {
+#[pyo3(signature = (request, profile=None))]
+fn plan_json(py: Python<'_>, request: String, profile: Option<PyRef<'_, Profile>>) -> PyResult<String> {
+    let profile = profile.map(|p| p.bytes.clone());
+    call(py, move || {
+        let req: PlanRequest = parse("plan request", &request)?;
+        let model = model_for(&req.model, profile.as_ref())?;
+        let start = Instant::now();
+        to_json(&api::plan_with(&req, model.as_ref(), || start.elapsed().as_secs_f64() * 1e3)?)
+    })
+}
+
+/// Re-evaluates a plan document (JSON) under a model (`ModelOptions` JSON; with `profile`, applied to it).
+#[pyfunction]
+#[pyo3(signature = (document, model, profile=None))]
+fn evaluate_json(
+    py: Python<'_>,
+    document: String,
+    model: String,
+    profile: Option<PyRef<'_, Profile>>,
+) -> PyResult<String> {
+    let profile = profile.map(|p| p.bytes.clone());
     call(py, move || {
         let doc: PlanDocument = parse("plan document", &document)?;
-        let model: ModelOptions = parse("model", &model)?;
-        to_json(&api::evaluate(doc, &model)?)
+        let options: ModelOptions = parse("model", &model)?;
+        to_json(&api::evaluate_with(doc, model_for(&options, profile.as_ref())?.as_ref(), options.definition)?)
     })
 }
 
@@ -128,6 +184,7 @@ fn torchrec_json(py: Python<'_>, document: String, local_world_size: Option<usiz
 #[pymodule]
 fn _shardplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ShardplanError", m.py().get_type::<ShardplanError>())?;
+    m.add_class::<Profile>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(default_planner, m)?)?;

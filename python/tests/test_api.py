@@ -169,3 +169,40 @@ def test_planning_releases_the_gil():
     assert end - start > 0.01, "the plan was too quick to tell"
     inside = sum(start < s < end for s in stamps)
     assert inside > 100, inside
+
+
+PROFILE = Path(__file__).resolve().parents[2] / "planner-core" / "profiles" / "h100"
+
+
+def test_a_profile_directory_prices_as_the_cli_prices_it(tmp_path):
+    profile = shardplan.load_profile(PROFILE)
+    assert profile.name == "h100"
+    out = tmp_path / "cli.json"
+    subprocess.run(
+        [cli(), "plan", "--sample", "12", "--max-dim", "64", "--devices", "4", "--mem", "3GiB", "--seed", "4",
+         "--algo", "size-lookup", "--cost-model", str(PROFILE), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    want = json.loads(out.read_text())
+    caps = want["task"]["devices"]["mem_cap_bytes"]
+    have = shardplan.plan(want["task"]["tables"], devices=caps, planner="size-lookup", cost_model=profile)
+    assert have.pieces == want["pieces"]
+    assert have.cost_ms == want["report"]["cost_ms"]
+    assert shardplan.evaluate(have, cost_model=profile).cost_ms == have.cost_ms
+
+
+def test_a_bad_profile_directory_is_refused_by_name(tmp_path):
+    with pytest.raises(shardplan.ShardplanError, match="missing-profile"):
+        shardplan.load_profile(tmp_path / "missing-profile")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "card.json").write_text((PROFILE / "card.json").read_text())
+    # The card names graphs the directory does not hold.
+    with pytest.raises(shardplan.ShardplanError, match="compute_encoder.onnx"):
+        shardplan.load_profile(broken)
+    (broken / "card.json").write_text("{ not json")
+    with pytest.raises(shardplan.ShardplanError):
+        shardplan.load_profile(broken)
+    with pytest.raises(shardplan.ShardplanError, match="cost_model"):
+        shardplan.plan(TABLES, devices=2, cost_model=3)

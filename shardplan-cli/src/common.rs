@@ -120,7 +120,7 @@ impl CostArgs {
         }
         let dir = Path::new(&self.cost_model);
         if dir.join("card.json").is_file() {
-            return choice.finish(load_profile_dir(dir)?, "torchrec").context(flags);
+            return choice.build_loaded(load_profile_dir(dir)?).context(flags);
         }
         Err(planner_core::Error::UnknownCostModel {
             name: self.cost_model.clone(),

@@ -15,6 +15,10 @@ pub fn model_names() -> Vec<&'static str> {
     names
 }
 
+/// The analytical preset that prices a loaded profile's comm where it has no comm model (an embedded
+/// profile names its own).
+pub const LOADED_PROFILE_COMM_PRESET: &str = "torchrec";
+
 /// A cost model by name, with the options every front end offers. [`ModelChoice::new`] gives the
 /// defaults: the embedded default profile, its measured batch, no risk, comm fallback only where the
 /// profile has no comm model at all.
@@ -81,6 +85,16 @@ impl ModelChoice {
             return Err(Error::UnknownCostModel { name: self.name.clone(), known: model_names().join(", ") });
         };
         self.finish(profiles::load(p.name)?, p.comm_fallback_hw)
+    }
+
+    /// Applies the options to a profile loaded from outside the library (a directory `shardplan-train`
+    /// wrote, read by the caller); its comm, where it has none, is priced with the `torchrec` preset unless
+    /// [`ModelChoice::hw`] names another.
+    ///
+    /// # Errors
+    /// As [`ModelChoice::build`].
+    pub fn build_loaded(&self, model: NeuralModel) -> Result<Box<dyn CostModel>> {
+        self.finish(model, LOADED_PROFILE_COMM_PRESET)
     }
 
     /// Applies the options to a loaded profile; `comm_preset` is the analytical preset that prices its comm
