@@ -231,8 +231,9 @@ def plan(
     if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
         raise ShardplanError(f"field `devices` = {devices!r} is invalid (allowed: a count, or a list of per-device caps)")
     if isinstance(devices, int):
-        if not 1 <= devices <= 4096:
-            raise ShardplanError(f"field `devices` = {devices} is invalid (allowed: 1..=4096)")
+        # Checked before the list of caps is made (the core's limit).
+        if not 1 <= devices <= _shardplan.MAX_DEVICES:
+            raise ShardplanError(f"field `devices` = {devices} is invalid (allowed: 1..={_shardplan.MAX_DEVICES})")
         caps = [_size("mem", mem)] * devices
     else:
         caps = [_size(f"devices[{i}]", c) for i, c in enumerate(devices)]

@@ -56,7 +56,7 @@ class ShardplanPlanner:
         cost_model: str = "h100",
         budget_ms: Optional[float] = None,
         seed: int = 0,
-        reserved_fraction: float = 0.15,
+        reserved_fraction: Optional[float] = None,
     ):
         if topology is None:
             raise shardplan.ShardplanError(
@@ -113,13 +113,10 @@ class ShardplanPlanner:
                     record["data_type"] = getattr(data_type, "name", str(data_type)).upper()
                 tables.append(record)
                 owner.append((path, config.name))
-        memory = {
-            "rule": "torchrec",
-            "reserved_fraction": self.reserved_fraction,
-            "dense_bytes": 0,
-            "batch_per_rank": int(self.batch_size),
-            "kjt_copies": 20,
-        }
+        # TorchRec's rule; the fields not given keep the core's defaults (TorchRec's).
+        memory: Dict[str, Any] = {"rule": "torchrec", "batch_per_rank": int(self.batch_size)}
+        if self.reserved_fraction is not None:
+            memory["reserved_fraction"] = self.reserved_fraction
         plan = shardplan.plan(
             tables,
             devices=self._caps(),

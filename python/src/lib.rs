@@ -41,10 +41,10 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, Failure> {
 }
 
 /// Runs `work` without the GIL, with panics caught, and maps failures to `ShardplanError`.
-fn call(py: Python<'_>, work: impl FnOnce() -> Result<String, Failure> + Send) -> PyResult<String> {
+fn call<T: Send>(py: Python<'_>, work: impl FnOnce() -> Result<T, Failure> + Send) -> PyResult<T> {
     let outcome = py.detach(|| catch_unwind(AssertUnwindSafe(work)));
     match outcome {
-        Ok(Ok(json)) => Ok(json),
+        Ok(Ok(value)) => Ok(value),
         Ok(Err(Failure(message))) => Err(ShardplanError::new_err(message)),
         Err(panic) => {
             let what = panic
@@ -66,9 +66,7 @@ fn version() -> &'static str {
 /// A byte size as the CLI reads it (`4GiB`, `512MiB`, `17179869184`); `field` names it in errors.
 #[pyfunction]
 fn parse_bytes(py: Python<'_>, field: String, text: String) -> PyResult<u64> {
-    call(py, move || Ok(planner_core::units::parse_bytes(&field, &text)?.to_string()))?
-        .parse()
-        .map_err(|e| ShardplanError::new_err(format!("{e}")))
+    call(py, move || Ok(planner_core::units::parse_bytes(&field, &text)?))
 }
 
 /// The planner used when none is named (the CLI's default).
@@ -185,6 +183,7 @@ fn torchrec_json(py: Python<'_>, document: String, local_world_size: Option<usiz
 fn _shardplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ShardplanError", m.py().get_type::<ShardplanError>())?;
     m.add_class::<Profile>()?;
+    m.add("MAX_DEVICES", planner_core::task::MAX_DEVICES)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(default_planner, m)?)?;
