@@ -114,6 +114,15 @@ function devicesFromForm() {
   return { count, mem };
 }
 
+// The Hosts form: one host (null), or a preset with its devices per host, resolved by the planner.
+async function topologyFromForm(count) {
+  const preset = $('#topology').value;
+  $('#per-host').disabled = !preset;
+  if (!preset) return null;
+  const perHost = Number($('#per-host').value);
+  return call('resolveTopology', { spec: { preset, devices_per_host: perHost }, devices: count });
+}
+
 async function sampleAndPlan() {
   showError('#upload-error', null);
   try {
@@ -167,18 +176,20 @@ async function setTables(tables, label) {
 
 async function applyDevices() {
   if (!state.tables) return;
-  let count; let mem;
+  let count; let mem; let topology;
   try {
     ({ count, mem } = devicesFromForm());
+    topology = await topologyFromForm(count);
   } catch (e) {
-    setStatus(e.message, 'error');
+    setStatus(`Devices: ${e.message}`, 'error');
     return;
   }
-  const task = { tables: state.tables, devices: { mem_cap_bytes: Array(count).fill(mem) } };
+  const task = { tables: state.tables, devices: { mem_cap_bytes: Array(count).fill(mem) }, ...(topology ? { topology } : {}) };
   state.task = task;
   const total = task.tables.reduce((s, t) => s + pieceBytes(t, t.dim), 0);
+  const hosts = topology ? ` in ${topology.hosts} hosts of ${topology.devices_per_host} (${topology.preset})` : '';
   $('#task-summary').textContent =
-    `${task.tables.length} tables (${bytes(total)} of weights and optimizer state) on ${count} devices of ${bytes(mem)} — ${state.taskLabel}.`;
+    `${task.tables.length} tables (${bytes(total)} of weights and optimizer state) on ${count} devices of ${bytes(mem)}${hosts} — ${state.taskLabel}.`;
   await runPlanners();
 }
 
@@ -358,7 +369,9 @@ function renderPlan(message) {
     kpi('Versus planner', delta === 0 ? '±0' : `${delta > 0 ? '+' : ''}${ms(delta)} ms`,
       original ? `${(100 * delta / original).toFixed(1)}% vs ${doc.planner.replace(/\+what-if$/, '')}` : '', 'delta',
       delta > 1e-9 ? 'up' : delta < -1e-9 ? 'down' : ''),
-    kpi('Bottleneck', `GPU ${rep.bottleneck_device}`, `of ${rep.devices.length}`, 'bottleneck'),
+    kpi('Bottleneck', `GPU ${rep.bottleneck_device}`, rep.bottleneck_link
+      ? `of ${rep.devices.length}; held up by ${rep.bottleneck_link.part} (network ${ms(rep.bottleneck_link.network_ms)} ms)`
+      : `of ${rep.devices.length}`, 'bottleneck'),
     kpi('Fits memory', rep.feasible ? 'yes' : 'no', rep.feasible ? '' : rep.violations.join('; '), 'feasible'),
     kpi('Plan', doc.planner, `${doc.pieces.length} pieces · ${rep.cost_model} · ${rep.definition}`, 'planner'),
   );
@@ -386,7 +399,8 @@ function renderTimeline(doc) {
     const parts = split
       ? [d.compute_split.fwd_ms, d.fw_comm_ms, d.bw_comm_ms, d.compute_split.bwd_ms]
       : [d.compute_ms, d.fw_comm_ms, d.bw_comm_ms];
-    const text = segs.map(([, l], i) => `${l} ${ms(parts[i])} ms`).join(', ');
+    const net = d.network_ms ? ` (of which network ${ms(d.network_ms)} ms)` : '';
+    const text = segs.map(([, l], i) => `${l} ${ms(parts[i])} ms`).join(', ') + net;
     const isB = d.device === rep.bottleneck_device;
     $('#timeline').append(el('div', {
       class: `lane${isB ? ' bottleneck' : ''}`, role: 'listitem', 'data-device': d.device,
@@ -495,7 +509,7 @@ function selectedPiece() {
 // ---- wiring ------------------------------------------------------------------------------------
 $('#sample-form').addEventListener('submit', (e) => { e.preventDefault(); sampleAndPlan(); });
 $('#devices-form').addEventListener('submit', (e) => { e.preventDefault(); applyDevices(); });
-for (const id of ['#devices', '#mem']) $(id).addEventListener('change', applyDevices);
+for (const id of ['#devices', '#mem', '#topology', '#per-host']) $(id).addEventListener('change', applyDevices);
 $('#upload').addEventListener('change', (e) => uploadTables(e.target.files[0]));
 $('#hw').addEventListener('change', runPlanners);
 $('#cost-model').addEventListener('change', runPlanners);
@@ -520,6 +534,7 @@ document.addEventListener('keydown', (e) => {
   try {
     const hello = await call('hello');
     state.planners = hello.planners;
+    $('#topology').append(...hello.topologies.map((t) => el('option', { value: t.name, title: t.description }, `${t.name}: ${t.description}`)));
     const analytical = hello.costModels.find((m) => m.name === 'analytical');
     // The model's own preset by default (torchrec for the analytical model, the profile's hardware for
     // a trained profile's comm); a choice here overrides it.

@@ -6,9 +6,10 @@ const ready = init();
 
 const ops = {
   async hello() {
-    return { version: pw.version(), planners: pw.listPlanners(), costModels: pw.listCostModels() };
+    return { version: pw.version(), planners: pw.listPlanners(), costModels: pw.listCostModels(), topologies: pw.listTopologies() };
   },
   sample: (request) => pw.sampleTask(request),
+  resolveTopology: ({ spec, devices }) => pw.resolveTopology(spec, devices),
   parseTables: ({ text, format, defaultDim }) => pw.parseTables(text, format, defaultDim ?? undefined),
   // One planner on the task, timed as the page shows it; a planner that finds no valid plan is a result,
   // not a failure. The page calls this once per planner, so it can show each result as it comes.

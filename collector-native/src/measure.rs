@@ -223,6 +223,14 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         let text = std::fs::read_to_string(path).with_context(|| format!("reading plan {}", path.display()))?;
         let (doc, plan) = PlanDocument::from_json(&text).with_context(|| format!("parsing plan {}", path.display()))?;
         check_fp32(&doc.task.tables).with_context(|| format!("plan {}", path.display()))?;
+        if let Some(t) = doc.task.topology.as_ref().filter(|t| t.is_multi_host()) {
+            anyhow::bail!(
+                "plan {}: its task is on {}, and this collector measures one host; price its network with \
+                 `shardplan evaluate`, or plan the task without a topology to measure it here",
+                path.display(),
+                t.describe()
+            );
+        }
         let n = doc.task.devices.count();
         if let Some(max) = backend.max_comm_devices()
             && n > max
@@ -404,6 +412,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
                 compute_split: Some(ComputeSplit { fwd_ms: med(&|t| t.fwd_ms), bwd_ms: med(&|t| t.bwd_ms) }),
                 fw_comm_ms: fw,
                 bw_comm_ms: bw,
+                network_ms: 0.0,
                 delay_ms: delay,
                 total_ms: compute_ms + bw + fw,
             });
@@ -420,6 +429,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             feasible: violations.is_empty(),
             violations,
             devices,
+            bottleneck_link: None,
         };
         // The result itself, not progress: printed under --quiet too.
         print_comparison(path, &doc.report, &measured, &round_costs);

@@ -198,6 +198,43 @@ pub struct PlanRequest {
     /// search cannot hold up the others). Default: no limit.
     #[serde(default)]
     pub budget_ms: Option<f64>,
+    /// The hosts the task's devices are on (it replaces the task's own `topology` when given; see
+    /// [`topology_presets`]). Default: the task's own, or one host.
+    #[serde(default)]
+    pub topology: Option<crate::topology::TopologySpec>,
+}
+
+/// A topology preset as listed to the bindings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopologyPresetInfo {
+    /// Name for [`crate::topology::TopologySpec::preset`].
+    pub name: &'static str,
+    /// One line on what it is.
+    pub description: &'static str,
+    /// Devices per host.
+    pub devices_per_host: usize,
+    /// Network bandwidth per device, GB/s.
+    pub network_gbps: f64,
+    /// Network latency, µs.
+    pub network_latency_us: f64,
+    /// Host DRAM per host, bytes.
+    pub host_dram_bytes: u64,
+}
+
+/// Every topology preset.
+#[must_use]
+pub fn topology_presets() -> Vec<TopologyPresetInfo> {
+    crate::topology::TOPOLOGY_PRESETS
+        .iter()
+        .map(|p| TopologyPresetInfo {
+            name: p.name,
+            description: p.description,
+            devices_per_host: p.devices_per_host,
+            network_gbps: p.network.bw_bytes_per_s / 1e9,
+            network_latency_us: p.network.latency_ms * 1e3,
+            host_dram_bytes: p.host_dram_bytes,
+        })
+        .collect()
 }
 
 fn one() -> u32 {
@@ -235,7 +272,11 @@ pub fn plan_with(req: &PlanRequest, model: &dyn CostModel, now_ms: impl Fn() -> 
         Some(ms) if ms.is_finite() && ms > 0.0 => PlanContext::new(model, req.seed).with_budget(clock, ms),
         Some(ms) => return Err(Error::field("plan request", "budget_ms", ms, "a positive number of milliseconds")),
     };
-    let task = req.task.clone().with_memory(req.memory);
+    let mut task = req.task.clone().with_memory(req.memory);
+    if let Some(spec) = &req.topology {
+        let topology = spec.resolve(task.devices.count())?;
+        task = task.with_topology(topology)?;
+    }
     crate::memory::check_capacity(&task)?;
     let start = now_ms();
     let mut plan = planner.plan(&task, &ctx)?;
@@ -335,6 +376,7 @@ mod tests {
             repeat: 1,
             memory: MemoryRule::torchrec(),
             budget_ms: None,
+            topology: None,
         };
         let ticks = std::cell::Cell::new(1.0);
         let out = plan(&req, || ticks.replace(3.5)).unwrap();
@@ -372,6 +414,7 @@ mod tests {
             repeat: 1,
             memory: MemoryRule::torchrec(),
             budget_ms: None,
+            topology: None,
         };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
         let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };

@@ -72,13 +72,20 @@ fn widths(task: &Task, t: usize, max_usable: u64) -> Result<Vec<u32>> {
     Ok(fit)
 }
 
-/// Comm of one device holding dim sum `x` while the others hold nothing (backward + forward, no delays).
-fn comm_one(model: &dyn CostModel, devices: usize, x: f64) -> Result<f64> {
+/// Comm of one device holding dim sum `x` while the others hold nothing (backward + forward, no delays;
+/// on several hosts, the network phase of a host holding only `x`).
+fn comm_one(model: &dyn CostModel, task: &Task, x: f64) -> Result<f64> {
+    let devices = task.devices.count();
     let mut dims = vec![0.0; devices];
     dims[0] = x;
-    let bw = model.bw_comm_ms(&dims)?;
-    let fw = model.fw_comm_ms(&dims, &vec![0.0; devices])?;
-    Ok(bw.first().copied().unwrap_or(0.0) + fw.first().copied().unwrap_or(0.0))
+    let t = crate::cost::device_times(
+        model,
+        &vec![0.0; devices],
+        &dims,
+        CostDefinition::FourPhase,
+        task.topology.as_ref(),
+    )?;
+    Ok(t.total_ms.first().copied().unwrap_or(0.0))
 }
 
 /// A lower bound on the cost of any column-wise plan of `task` under `model` (see the module doc for
@@ -94,7 +101,7 @@ pub fn lower_bound(task: &Task, model: &dyn CostModel) -> Result<LowerBound> {
         let mut best_per_col = f64::INFINITY;
         for w in widths(task, t, max_usable)? {
             let c = model.compute_ms(&[PieceRef::whole(table, w)])?;
-            best_piece = best_piece.min(c + comm_one(model, n_dev, f64::from(w))?);
+            best_piece = best_piece.min(c + comm_one(model, task, f64::from(w))?);
             best_per_col = best_per_col.min(c / f64::from(w));
         }
         piece_bound = piece_bound.max(best_piece);
@@ -102,7 +109,7 @@ pub fn lower_bound(task: &Task, model: &dyn CostModel) -> Result<LowerBound> {
         total_dims += f64::from(table.dim);
     }
     let additive = model.compute_is_additive();
-    let work_bound = if additive { Some((work + comm_one(model, n_dev, total_dims)?) / n_dev as f64) } else { None };
+    let work_bound = if additive { Some((work + comm_one(model, task, total_dims)?) / n_dev as f64) } else { None };
     Ok(LowerBound {
         cost_ms: work_bound.map_or(piece_bound, |w| w.max(piece_bound)),
         piece_bound_ms: piece_bound,
@@ -158,7 +165,7 @@ impl Bnb<'_> {
         if let Some(&c) = self.comm.get(&x) {
             return Ok(c);
         }
-        let c = comm_one(model, self.ev.devices(), x as f64)?;
+        let c = comm_one(model, self.ev.task, x as f64)?;
         self.comm.insert(x, c);
         Ok(c)
     }

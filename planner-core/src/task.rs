@@ -8,6 +8,7 @@ use crate::memory::{DeviceMemory, MemoryRule, PieceMemory};
 use crate::plan::{Piece, SplitRule};
 use crate::pool::{PoolTable, dlrm_pool};
 use crate::table::{ElementType, TableInput, TableSpec};
+use crate::topology::Topology;
 use crate::units::GIB;
 
 /// Most devices a task may have.
@@ -90,6 +91,9 @@ pub struct Task {
     /// Which splits its plans may use; absent in JSON = [`SplitRule::Any`].
     #[serde(default)]
     pub splits: SplitRule,
+    /// How the devices are grouped into hosts; absent = one host of all devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
 }
 
 /// [`Task`] as written, before its checks.
@@ -102,13 +106,15 @@ struct TaskFields {
     memory: MemoryRule,
     #[serde(default)]
     splits: SplitRule,
+    #[serde(default)]
+    topology: Option<Topology>,
 }
 
 impl TryFrom<TaskFields> for Task {
     type Error = Error;
 
     fn try_from(f: TaskFields) -> Result<Self> {
-        Ok(Self::new(f.tables, f.devices)?.with_memory(f.memory).with_splits(f.splits))
+        Self::new(f.tables, f.devices)?.with_memory(f.memory).with_splits(f.splits).with_topology(f.topology)
     }
 }
 
@@ -119,7 +125,40 @@ impl Task {
             return Err(Error::field("tables", "count", tables.len(), format!("1..={MAX_TABLES}")));
         }
         crate::input::check_unique_names(&tables)?;
-        Ok(Self { tables, devices, memory: MemoryRule::Weights, splits: SplitRule::Any })
+        Ok(Self { tables, devices, memory: MemoryRule::Weights, splits: SplitRule::Any, topology: None })
+    }
+
+    /// The same task on `topology` (`None`: one host), checked against its device count.
+    pub fn with_topology(mut self, topology: Option<Topology>) -> Result<Self> {
+        if let Some(t) = &topology {
+            t.check(self.devices.count())?;
+        }
+        self.topology = topology;
+        Ok(self)
+    }
+
+    /// The task's topology, or one host of all its devices.
+    #[must_use]
+    pub fn topology_or_single(&self) -> Topology {
+        self.topology.clone().unwrap_or_else(|| Topology {
+            hosts: 1,
+            devices_per_host: self.devices.count(),
+            network: None,
+            host_dram_bytes: None,
+            preset: None,
+        })
+    }
+
+    /// Whether the devices are on more than one host (the exchange then crosses a network).
+    #[must_use]
+    pub fn is_multi_host(&self) -> bool {
+        self.topology.as_ref().is_some_and(Topology::is_multi_host)
+    }
+
+    /// Devices per host (TorchRec's `local_world_size`): the topology's, or every device.
+    #[must_use]
+    pub fn devices_per_host(&self) -> usize {
+        self.topology.as_ref().map_or(self.devices.count(), |t| t.devices_per_host)
     }
 
     /// The same task with plans limited to `splits`.

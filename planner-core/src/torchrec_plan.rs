@@ -77,12 +77,20 @@ pub struct TorchRecPlanDocument {
 }
 
 /// Writes `plan` (a plan of `task`) as a TorchRec sharding plan; `local_world_size` defaults to the
-/// number of devices (one host).
+/// task's devices per host (all devices without a topology), and must equal it when the task has one.
 pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize>) -> Result<TorchRecPlanDocument> {
     let world = task.devices.count();
-    let local = local_world_size.unwrap_or(world);
+    let local = local_world_size.unwrap_or(task.devices_per_host());
     if local == 0 || local > world {
         return Err(Error::field("TorchRec export", "local_world_size", local, format!("1..={world}")));
+    }
+    if let Some(t) = task.topology.as_ref().filter(|t| t.devices_per_host != local) {
+        return Err(Error::field(
+            "TorchRec export",
+            "local_world_size",
+            local,
+            format!("{} (the task's topology: {})", t.devices_per_host, t.describe()),
+        ));
     }
     plan.check_torchrec_buildable(task)?;
     let place = |r: usize| format!("rank:{r}/cuda:{}", r % local);

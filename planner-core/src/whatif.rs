@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::plan::{Piece, Plan};
 use crate::task::{Devices, MAX_DEVICES, Task};
+use crate::topology::Topology;
 
 /// One what-if edit, as a front-end sends it (JSON: `{"op": "move", "table_id": 3, "col_offset": 0,
 /// "to_device": 1}`).
@@ -187,8 +188,29 @@ pub fn set_device_count(task: &Task, plan: &Plan, count: usize, new_cap_bytes: O
     let old = task.devices.mem_cap_bytes();
     let last = old.last().copied().unwrap_or(1);
     let caps: Vec<u64> = (0..count).map(|d| old.get(d).copied().unwrap_or(new_cap_bytes.unwrap_or(last))).collect();
-    let new_task =
-        Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory, splits: task.splits };
+    // A topology keeps its devices per host; the new count must fill whole hosts.
+    let topology = match &task.topology {
+        Some(t) => {
+            let hosts = Topology::hosts_for(count, t.devices_per_host).map_err(|_| {
+                Error::field(
+                    ctx,
+                    "count",
+                    count,
+                    format!("a multiple of the topology's {} devices per host", t.devices_per_host),
+                )
+            })?;
+            Some(Topology { hosts, ..t.clone() })
+        }
+        None => None,
+    };
+    let new_task = Task {
+        tables: task.tables.clone(),
+        devices: Devices::new(caps)?,
+        memory: task.memory,
+        splits: task.splits,
+        topology: None,
+    }
+    .with_topology(topology)?;
 
     // Memory as the new task counts it (its device count is the world size of the torchrec rule).
     // A reservation larger than a cap leaves that device 0 usable bytes; the report says so.
@@ -227,7 +249,7 @@ pub fn set_mem_cap(task: &Task, device: usize, mem_cap_bytes: u64) -> Result<Tas
     }
     let mut caps = task.devices.mem_cap_bytes().to_vec();
     caps[device] = mem_cap_bytes;
-    Ok(Task { tables: task.tables.clone(), devices: Devices::new(caps)?, memory: task.memory, splits: task.splits })
+    Ok(Task { devices: Devices::new(caps)?, ..task.clone() })
 }
 
 /// Index in `plan.pieces()` of the piece of `table_id` starting at `col_offset`.

@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // The browser's default, as the worker sends no rule.
                 memory: planner_core::MemoryRule::torchrec(),
                 budget_ms: None,
+                topology: None,
             };
             let times = out.entry(p.name).or_default();
             let once = match plan(&req, now_ms) {

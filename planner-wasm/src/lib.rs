@@ -107,6 +107,24 @@ pub fn parse_tables(text: &str, format: &str, default_dim: Option<u32>) -> Resul
     to_js(&core(api::parse_tables(text, format, default_dim))?)
 }
 
+/// The topology presets: `[{name, description, devices_per_host, network_gbps, network_latency_us,
+/// host_dram_bytes}]`.
+#[wasm_bindgen(js_name = listTopologies)]
+pub fn list_topologies() -> Result<JsValue, JsError> {
+    init();
+    to_js(&api::topology_presets())
+}
+
+/// Resolves a topology (`{preset?, hosts?, devices_per_host?, network_gbps?, network_latency_us?,
+/// host_dram_bytes?}`) for `devices` devices: the task's `topology`, or `null` for one host; an error
+/// naming the field otherwise.
+#[wasm_bindgen(js_name = resolveTopology)]
+pub fn resolve_topology(spec: &JsValue, devices: usize) -> Result<JsValue, JsError> {
+    init();
+    let spec: planner_core::topology::TopologySpec = from_js("topology", spec)?;
+    to_js(&core(spec.resolve(devices))?)
+}
+
 /// Plans a task: `{task, planner, seed?, model?, repeat?}` → `{document, planning_ms}`, where
 /// `document` is a `shardplan.plan/v1` plan with its report and `planning_ms` the planner call's time
 /// (the mean over `repeat` runs).

@@ -220,13 +220,17 @@ def plan(
     seed: int = 0,
     pooling_factors: Optional[Mapping[str, float]] = None,
     memory: Optional[dict[str, Any]] = None,
+    topology: Union[None, str, Mapping[str, Any]] = None,
 ) -> Plan:
     """Plans ``tables`` on ``devices`` (a count of devices with ``mem`` each, or a list of per-device
     caps) with ``planner`` (default: the CLI's, ``auto``) under ``cost_model`` (a name from
     :func:`cost_models`, or a :func:`load_profile` directory), as ``shardplan plan``.
 
     ``memory`` is the memory rule (default TorchRec's: 15% of every cap reserved, buffers counted), as
-    the CLI's ``--memory-rule``. ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
+    the CLI's ``--memory-rule``. ``topology`` groups the devices into hosts: a preset name (``"h100-sxm"``,
+    ``"a100-sxm"``, ``"pcie"``) or a dict with the CLI's ``--topology`` options (``preset``, ``hosts``,
+    ``devices_per_host``, ``network_gbps``, ``network_latency_us``, ``host_dram_bytes``); default one
+    host. ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
     (a ``ValueError``) naming the field and value of any bad input, or why no plan fits."""
     if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
         raise ShardplanError(f"field `devices` = {devices!r} is invalid (allowed: a count, or a list of per-device caps)")
@@ -244,6 +248,10 @@ def plan(
         request["budget_ms"] = budget_ms
     if memory is not None:
         request["memory"] = memory
+    if isinstance(topology, str):
+        request["topology"] = {"preset": topology}
+    elif topology is not None:
+        request["topology"] = dict(topology)
     out = json.loads(_shardplan.plan_json(json.dumps(request), profile))
     return Plan(out["document"], out["planning_ms"])
 

@@ -83,6 +83,18 @@ class ShardplanPlanner:
         local = getattr(self.topology, "local_world_size", None)
         return int(local) if local else len(self._caps())
 
+    def _hosts(self) -> Optional[Dict[str, Any]]:
+        """The topology's hosts as shardplan's (``None`` on one host): devices per host, and TorchRec's
+        cross-host bandwidth (bytes per ms) as the network link."""
+        local, world = self._local_world_size(), len(self._caps())
+        if local >= world:
+            return None
+        spec: Dict[str, Any] = {"devices_per_host": local}
+        bw = getattr(self.topology, "inter_host_bw", None)
+        if bw:
+            spec["network_gbps"] = float(bw) * 1e3 / 1e9
+        return spec
+
     def _pooling_factor(self, config: Any) -> float:
         c = self.constraints.get(config.name)
         factors = getattr(c, "pooling_factors", None) if c is not None else None
@@ -125,6 +137,7 @@ class ShardplanPlanner:
             budget_ms=self.budget_ms,
             seed=self.seed,
             memory=memory,
+            topology=self._hosts(),
         )
         self.last_plan = plan
         whole = plan.to_torchrec_dict(local_world_size=self._local_world_size())

@@ -51,6 +51,66 @@ fn parse_definition(s: &str) -> Result<CostDefinition, String> {
     CostDefinition::from_name(s).map_err(|e| e.to_string())
 }
 
+/// How the devices are grouped into hosts (docs/FORMATS.md, "Topology"); nothing given = one host.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TopologyArgs {
+    /// A topology preset (`h100-sxm`, `a100-sxm`, `pcie`: devices per host, network link per device,
+    /// host DRAM; see `shardplan list`), or a JSON file of a topology (`hosts`, `devices_per_host`,
+    /// `network`: {`bw_bytes_per_s`, `latency_ms`}, `host_dram_bytes`).
+    #[arg(long)]
+    pub topology: Option<String>,
+    /// Number of hosts the devices are spread over (default: devices / devices per host).
+    #[arg(long)]
+    pub hosts: Option<usize>,
+    /// Devices per host (TorchRec's `local_world_size`; default: the preset's, or devices / hosts).
+    #[arg(long)]
+    pub devices_per_host: Option<usize>,
+    /// Network bandwidth per device between hosts, GB/s (overrides the preset's).
+    #[arg(long)]
+    pub network_gbps: Option<f64>,
+    /// Fixed time of one exchange over the network, µs (overrides the preset's; default 0).
+    #[arg(long)]
+    pub network_latency_us: Option<f64>,
+    /// Host memory per host (`2TiB`, bytes; overrides the preset's).
+    #[arg(long)]
+    pub host_dram: Option<String>,
+}
+
+impl TopologyArgs {
+    /// The topology these flags give for `devices` devices (`None`: one host).
+    pub fn topology(&self, devices: usize) -> Result<Option<planner_core::topology::Topology>> {
+        use planner_core::topology::{Topology, TopologySpec};
+        let mut spec = TopologySpec {
+            preset: None,
+            hosts: self.hosts,
+            devices_per_host: self.devices_per_host,
+            network_gbps: self.network_gbps,
+            network_latency_us: self.network_latency_us,
+            host_dram_bytes: self.host_dram.as_deref().map(|s| parse_bytes("--host-dram", s)).transpose()?,
+        };
+        match self.topology.as_deref() {
+            Some(f)
+                if Path::new(f).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"))
+                    || Path::new(f).is_file() =>
+            {
+                let text = shardplan_files::read_text_capped(Path::new(f), 1 << 20)
+                    .with_context(|| format!("reading the topology file {f}"))?;
+                let file: Topology =
+                    serde_json::from_str(&text).with_context(|| format!("in the topology file {f}"))?;
+                if !spec.is_empty() {
+                    bail!(
+                        "--topology {f} is a file: give its values there, not with --hosts/--devices-per-host/--network-*/--host-dram"
+                    );
+                }
+                file.check(devices).with_context(|| format!("in the topology file {f}"))?;
+                return Ok(Some(file));
+            }
+            name => spec.preset = name.map(str::to_owned),
+        }
+        spec.resolve(devices).context("--topology and its options")
+    }
+}
+
 /// Memory-rule and split-rule options shared by every subcommand that decides or reports whether a plan
 /// fits.
 #[derive(Args, Debug, Clone)]

@@ -11,8 +11,8 @@ use planner_core::torchrec_plan::{TORCHREC_PLAN_SCHEMA, TorchRecPlanDocument};
 use planner_core::{PLAN_SCHEMA, Plan, PlanDocument, PlanReport, Task, evaluate};
 use serde::Serialize;
 
-use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table};
-use crate::plan_cmd::{batch_label, device_table, torchrec_line};
+use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, TopologyArgs, devices, load_tables, render_table};
+use crate::plan_cmd::{batch_label, device_table, link_line, torchrec_line};
 use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan evaluate`.
@@ -36,6 +36,10 @@ pub struct EvaluateArgs {
     pub own_rule: bool,
     #[command(flatten)]
     pub memory: MemoryArgs,
+    /// Price every plan on this topology (replacing a plan document's own; without these flags each
+    /// plan keeps its document's topology, and a TorchRec plan is one host).
+    #[command(flatten)]
+    pub topology: TopologyArgs,
     #[command(flatten)]
     pub cost: CostArgs,
     /// Also write every plan's report and TorchRec's estimate as JSON here.
@@ -82,6 +86,10 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     for path in &args.plans {
         let (planner, task, plan) = read(path, args)?;
         let task = if args.own_rule { task } else { task.with_memory(rule) };
+        let task = match args.topology.topology(task.devices.count())? {
+            Some(t) => task.with_topology(Some(t))?,
+            None => task,
+        };
         let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)
             .with_context(|| format!("pricing {}", path.display()))?;
         let torchrec = price_plan(&task, &plan, &TorchRecConfig::default())?;
@@ -96,6 +104,9 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
                 report.definition
             );
             println!("Memory rule: {}", report.memory_rule.describe());
+            if let Some(t) = &task.topology {
+                println!("Topology: {}", t.describe());
+            }
             println!("{}", device_table(&report));
             println!(
                 "cost {:.3} ms per iteration{} (bottleneck: device {}); fits memory (usable bytes): {}",
@@ -104,6 +115,9 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
                 report.bottleneck_device,
                 if report.feasible { "yes".to_string() } else { format!("NO ({})", report.violations.join("; ")) },
             );
+            if task.is_multi_host() {
+                println!("{}", link_line(&report));
+            }
             println!("{}", torchrec_line(&torchrec));
             println!(
                 "TorchRec can build it: {}",

@@ -117,4 +117,8 @@ fn list() {
     println!("cost definitions:");
     println!("  {:<width$}  NeuroShard's: start delays feed forward comm (default)", "neuroshard");
     println!("  {:<width$}  DreamShard's: the largest sum of the four phases, no delays", "four-phase");
+    println!("topologies (--topology):");
+    for t in planner_core::topology::TOPOLOGY_PRESETS {
+        println!("  {:<width$}  {}", t.name, t.description);
+    }
 }

@@ -10,7 +10,7 @@ use planner_core::planners::{PlanContext, planner};
 use planner_core::units::{format_bytes, group_digits};
 use planner_core::{PlanDocument, PlanReport, SplitRule, Task, evaluate};
 
-use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, devices, load_tables, render_table};
+use crate::common::{CostArgs, DEFAULT_MEM, MemoryArgs, TopologyArgs, devices, load_tables, render_table};
 use shardplan_files::write_atomic;
 
 /// Arguments of `shardplan plan`.
@@ -49,9 +49,12 @@ pub struct PlanArgs {
     /// Also write the plan as a TorchRec sharding plan (schema shardplan.torchrec-plan/v1).
     #[arg(long)]
     pub torchrec_out: Option<PathBuf>,
-    /// Ranks per host for --torchrec-out placements (default: all devices on one host).
+    /// Ranks per host for --torchrec-out placements (default: the topology's devices per host, or all
+    /// devices on one host).
     #[arg(long)]
     pub local_world_size: Option<usize>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
     /// List the pieces on every device.
     #[arg(long)]
     pub verbose: bool,
@@ -73,6 +76,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let model = args.cost.build()?;
     let devs = devices(args.devices, &args.mem)?;
     let rule = args.memory.rule()?;
+    let topology = args.topology.topology(devs.count())?;
     let task = match (&args.tables, args.sample) {
         (Some(path), None) => Task::new(load_tables(path, args.dim)?, devs)?,
         (Some(_), Some(_)) => bail!("--tables and --sample are exclusive: plan a file, or sample from the pool"),
@@ -80,11 +84,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             .context("sampling a task from the pool")?,
     }
     .with_memory(rule)
-    .with_splits(args.memory.splits(if args.torchrec_out.is_some() {
-        SplitRule::TorchRec
-    } else {
-        SplitRule::Any
-    })?);
+    .with_splits(args.memory.splits(if args.torchrec_out.is_some() { SplitRule::TorchRec } else { SplitRule::Any })?)
+    .with_topology(topology)?;
     planner_core::memory::check_capacity(&task)?;
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_secs_f64() * 1e3;
@@ -137,6 +138,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         report.definition
     );
     println!("Memory rule: {}; splits: {}", report.memory_rule.describe(), task.splits.name());
+    if let Some(t) = &task.topology {
+        println!("Topology: {}", t.describe());
+    }
     println!("{}", device_table(&report));
     if args.verbose {
         for d in &report.devices {
@@ -155,6 +159,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         plan.split_tables(),
         plan.row_split_tables()
     );
+    if task.is_multi_host() {
+        println!("{}", link_line(&report));
+    }
     println!("{}", torchrec_line(&price_plan(&task, &plan, &TorchRecConfig::default())?));
     if let Some(path) = &args.torchrec_out {
         crate::export_cmd::write_torchrec(&task, &plan, args.local_world_size, path)?;
@@ -164,6 +171,16 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     write_atomic(&args.out, json.as_bytes())?;
     println!("plan written to {}", args.out.display());
     Ok(())
+}
+
+/// What holds up the bottleneck device: compute, its in-host exchange or the network.
+pub fn link_line(report: &PlanReport) -> String {
+    report.bottleneck_link().map_or_else(String::new, |b| {
+        format!(
+            "bottleneck link: {} (device {}: compute {:.3} ms, in-host exchange {:.3} ms, network {:.3} ms)",
+            b.part, report.bottleneck_device, b.compute_ms, b.in_host_ms, b.network_ms
+        )
+    })
 }
 
 /// `" at a global batch of N"`, or nothing when the model does not say.
@@ -187,6 +204,8 @@ pub fn torchrec_line(t: &TorchRecPricing) -> String {
 pub fn device_table(report: &PlanReport) -> String {
     // An ensemble's prediction interval of each device's compute, when the model has one.
     let intervals = report.devices.iter().any(|d| d.compute_interval_ms.is_some());
+    // The network part of the exchanges, on several hosts.
+    let network = report.devices.iter().any(|d| d.network_ms > 0.0);
     let rows: Vec<Vec<String>> = report
         .devices
         .iter()
@@ -213,6 +232,9 @@ pub fn device_table(report: &PlanReport) -> String {
                 format!("{:.3}", d.total_ms),
                 if d.device == report.bottleneck_device { "<- bottleneck".into() } else { String::new() },
             ];
+            if network {
+                row.insert(12, format!("{:.3}", d.network_ms));
+            }
             if intervals {
                 let interval = d.compute_interval_ms.map_or("-".into(), |[lo, hi]| format!("{lo:.3}–{hi:.3}"));
                 row.insert(10, interval);
@@ -236,6 +258,9 @@ pub fn device_table(report: &PlanReport) -> String {
         "total ms",
         "",
     ];
+    if network {
+        headers.insert(12, "of which network ms");
+    }
     if intervals {
         headers.insert(10, "compute interval ms");
     }

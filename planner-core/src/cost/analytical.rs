@@ -248,6 +248,10 @@ impl CostModel for AnalyticalModel {
         Some(self.global_batch)
     }
 
+    fn exchange_bytes_per_dim(&self) -> Option<f64> {
+        Some(self.global_batch as f64 * self.a2a_bytes)
+    }
+
     fn name(&self) -> String {
         format!("analytical:{}", self.hardware.name)
     }

@@ -126,6 +126,13 @@ pub trait CostModel {
     fn global_batch(&self) -> Option<u64> {
         None
     }
+    /// Bytes one unit of a device's dim sum puts into one all-to-all per step: the global batch × the
+    /// bytes of an exchanged element (fp32 pooled outputs unless the model says otherwise). The network
+    /// phase of a multi-host exchange is priced from it ([`crate::topology`]); `None` when the model
+    /// does not know its batch.
+    fn exchange_bytes_per_dim(&self) -> Option<f64> {
+        self.global_batch().map(|b| b as f64 * 4.0)
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {
@@ -210,10 +217,18 @@ pub struct DeviceReport {
     pub fw_comm_ms: f64,
     /// Backward all-to-all time.
     pub bw_comm_ms: f64,
+    /// The part of `fw_comm_ms + bw_comm_ms` spent on the network between hosts (0 on one host).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub network_ms: f64,
     /// Start delay fed to the forward comm model (NeuroShard definition; 0 otherwise).
     pub delay_ms: f64,
     /// `compute_ms + fw_comm_ms + bw_comm_ms`.
     pub total_ms: f64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The cost of a plan and why.
@@ -245,6 +260,34 @@ pub struct PlanReport {
     pub violations: Vec<String>,
     /// Per-device breakdown.
     pub devices: Vec<DeviceReport>,
+    /// On several hosts, what holds up the bottleneck device ([`PlanReport::bottleneck_link`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_link: Option<BottleneckLink>,
+}
+
+/// What holds up the bottleneck device: its compute, its exchange inside its host, or the network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BottleneckLink {
+    /// `compute`, `in-host exchange` or `network`: the largest of the three.
+    pub part: String,
+    /// Fused compute, ms.
+    pub compute_ms: f64,
+    /// Forward + backward exchange inside the host, ms.
+    pub in_host_ms: f64,
+    /// Forward + backward network phase, ms.
+    pub network_ms: f64,
+}
+
+impl PlanReport {
+    /// The bottleneck device's time split into compute, in-host exchange and network.
+    #[must_use]
+    pub fn bottleneck_link(&self) -> Option<BottleneckLink> {
+        let d = self.devices.get(self.bottleneck_device)?;
+        let in_host_ms = (d.fw_comm_ms + d.bw_comm_ms - d.network_ms).max(0.0);
+        let parts = [("compute", d.compute_ms), ("in-host exchange", in_host_ms), ("network", d.network_ms)];
+        let part = parts.iter().fold(parts[0], |best, &p| if p.1 > best.1 { p } else { best }).0.to_owned();
+        Some(BottleneckLink { part, compute_ms: d.compute_ms, in_host_ms, network_ms: d.network_ms })
+    }
 }
 
 /// Computes a plan's report under `model` and `definition`.
@@ -286,16 +329,18 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             compute_split: model.compute_split(&set)?,
             fw_comm_ms: 0.0,
             bw_comm_ms: 0.0,
+            network_ms: 0.0,
             delay_ms: 0.0,
             total_ms: 0.0,
         });
     }
     let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
     let compute: Vec<f64> = devices.iter().map(|d| d.compute_ms).collect();
-    let times = device_times(model, &compute, &dims, definition)?;
+    let times = device_times(model, &compute, &dims, definition, task.topology.as_ref())?;
     for (i, d) in devices.iter_mut().enumerate() {
         d.bw_comm_ms = times.bw_comm_ms[i];
         d.fw_comm_ms = times.fw_comm_ms[i];
+        d.network_ms = times.network_ms[i];
         d.delay_ms = times.delay_ms[i];
         d.total_ms = times.total_ms[i];
     }
@@ -328,7 +373,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             }
         }
     }
-    Ok(PlanReport {
+    let mut report = PlanReport {
         cost_model: model.name(),
         definition,
         cost_ms,
@@ -339,7 +384,12 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         feasible: violations.is_empty(),
         violations,
         devices,
-    })
+        bottleneck_link: None,
+    };
+    if task.is_multi_host() {
+        report.bottleneck_link = report.bottleneck_link();
+    }
+    Ok(report)
 }
 
 /// `center ± z · sd(members)`, the low end clamped at 0.
@@ -375,33 +425,81 @@ pub struct DeviceTimes {
     pub bw_comm_ms: Vec<f64>,
     /// Forward all-to-all per device (after its start delay), ms.
     pub fw_comm_ms: Vec<f64>,
+    /// The network part of `bw_comm_ms + fw_comm_ms` per device (0 on one host), ms.
+    pub network_ms: Vec<f64>,
     /// Start delay of the forward all-to-all per device ([`start_delays_ms`]), ms.
     pub delay_ms: Vec<f64>,
     /// `compute + bw + fw` per device, ms; the largest is the plan's cost ([`bottleneck`]).
     pub total_ms: Vec<f64>,
 }
 
-/// The one cost formula (SPEC section 1) from per-device compute: the model's backward exchange, the start
+/// The one cost formula (SPEC section 1) from per-device compute: the backward exchange, the start
 /// delays, the forward exchange with those delays, and each device's total. [`evaluate`] and the searches
 /// call it; the collector's measured plans use its parts ([`start_delays_ms`], [`bottleneck`]) with measured
 /// exchanges.
 ///
+/// On one host (`topology` absent or of one host) both exchanges are the model's. On several hosts each
+/// is hierarchical ([`crate::topology`]): the model's exchange among each host's devices, plus the
+/// network phase priced from the host's dim sum.
+///
 /// # Errors
-/// [`Error::CostModel`] when the model returns the wrong number of values or non-finite ones.
+/// [`Error::CostModel`] when the model returns the wrong number of values or non-finite ones, or cannot
+/// say its exchange volume for a multi-host topology.
 pub fn device_times(
     model: &dyn CostModel,
     compute_ms: &[f64],
     dim_sums: &[f64],
     definition: CostDefinition,
+    topology: Option<&crate::topology::Topology>,
 ) -> Result<DeviceTimes> {
     let n = compute_ms.len();
-    let bw = model.bw_comm_ms(dim_sums)?;
-    check_len(model, "backward comm", &bw, n)?;
+    let multi = topology.filter(|t| t.is_multi_host() && t.hosts * t.devices_per_host == n);
+    let (mut bw, network) = match multi {
+        None => {
+            let bw = model.bw_comm_ms(dim_sums)?;
+            check_len(model, "backward comm", &bw, n)?;
+            (bw, vec![0.0; n])
+        }
+        Some(t) => {
+            let bytes = model.exchange_bytes_per_dim().ok_or_else(|| Error::CostModel {
+                model: model.name(),
+                message: format!(
+                    "the model does not say its global batch, so the network of {} cannot be priced",
+                    t.describe()
+                ),
+            })?;
+            let mut bw = Vec::with_capacity(n);
+            for host in dim_sums.chunks(t.devices_per_host) {
+                let part = model.bw_comm_ms(host)?;
+                check_len(model, "backward comm", &part, host.len())?;
+                bw.extend(part);
+            }
+            (bw, t.network_ms(dim_sums, bytes))
+        }
+    };
+    for (b, net) in bw.iter_mut().zip(&network) {
+        *b += net;
+    }
     let delays = start_delays_ms(compute_ms, &bw, definition);
-    let fw = model.fw_comm_ms(dim_sums, &delays)?;
+    let mut fw = match multi {
+        None => model.fw_comm_ms(dim_sums, &delays)?,
+        Some(t) => {
+            let mut fw = Vec::with_capacity(n);
+            for (host, d) in dim_sums.chunks(t.devices_per_host).zip(delays.chunks(t.devices_per_host)) {
+                let part = model.fw_comm_ms(host, d)?;
+                check_len(model, "forward comm", &part, host.len())?;
+                fw.extend(part);
+            }
+            fw
+        }
+    };
     check_len(model, "forward comm", &fw, n)?;
+    for (f, net) in fw.iter_mut().zip(&network) {
+        *f += net;
+    }
     let total_ms = (0..n).map(|i| compute_ms[i] + bw[i] + fw[i]).collect();
-    Ok(DeviceTimes { bw_comm_ms: bw, fw_comm_ms: fw, delay_ms: delays, total_ms })
+    let network_ms = network.iter().map(|x| 2.0 * x).collect();
+    Ok(DeviceTimes { bw_comm_ms: bw, fw_comm_ms: fw, network_ms, delay_ms: delays, total_ms })
 }
 
 /// The forward all-to-all's start delay of every device (SPEC section 1): under NeuroShard's definition a

@@ -319,7 +319,9 @@ impl<'a> Evaluator<'a> {
         self.stats.plan_evaluations += 1;
         let price = |ev: &Self| -> Result<(usize, f64)> {
             let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-            Ok(bottleneck(&device_times(ev.model, compute, &dims_f, ev.definition)?.total_ms))
+            Ok(bottleneck(
+                &device_times(ev.model, compute, &dims_f, ev.definition, ev.task.topology.as_ref())?.total_ms,
+            ))
         };
         if !self.memo_plans {
             return price(self);

@@ -264,6 +264,18 @@ impl TorchRecConfig {
         }
     }
 
+    /// What a user gives TorchRec's `Topology` for the task's hosts: `local_world_size` = devices per
+    /// host, and the network link as its cross-node bandwidth (a config that names its own
+    /// `local_world_size` keeps it and its bandwidths).
+    pub fn apply_topology(&mut self, task: &Task) {
+        if let (None, Some(t)) = (self.local_world_size, &task.topology) {
+            self.local_world_size = Some(t.devices_per_host);
+            if let Some(link) = t.network.filter(|_| t.is_multi_host()) {
+                self.inter_host_bw = link.bw_bytes_per_s / 1e3;
+            }
+        }
+    }
+
     fn comms_bw(&self, world: usize, local: usize) -> f64 {
         // BasicCommsBandwidths.get_bw for all-to-all, reduce-scatter and all-gather.
         if world <= local { self.intra_host_bw } else { self.inter_host_bw }
@@ -660,6 +672,9 @@ pub fn plan_torchrec(task: &Task, cfg: &TorchRecConfig) -> Result<TorchRecOutcom
 /// [`plan_torchrec`], proposing until `stop` says so, which is asked once a proposal fits: then the best
 /// plan so far. (Before one fits there is no plan to return, so the proposals go on.)
 pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() -> bool) -> Result<TorchRecOutcome> {
+    let mut cfg = cfg.clone();
+    cfg.apply_topology(task);
+    let cfg = &cfg;
     let world = task.devices.count();
     let local = cfg.validate(world)?;
     let usable = reserve_storage(task, cfg)?;
@@ -746,6 +761,7 @@ pub fn price_plan(task: &Task, plan: &Plan, cfg: &TorchRecConfig) -> Result<Torc
     if let MemoryRule::TorchRec(m) = task.memory {
         cfg.memory = m;
     }
+    cfg.apply_topology(task);
     let world = task.devices.count();
     let local = cfg.validate(world)?;
     let mut rank_ms = vec![0.0f64; world];

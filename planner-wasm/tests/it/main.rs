@@ -34,6 +34,7 @@ fn native() -> Value {
             repeat: 1,
             memory: planner_core::MemoryRule::torchrec(),
             budget_ms: None,
+            topology: None,
         };
         let out = api::plan(&req, || 0.0).unwrap();
         plans.push(json!({

@@ -727,3 +727,72 @@ fn the_cpu_cost_model_is_the_profile_of_this_machines_cpu() {
         assert!(listed.contains("none is embedded"), "{listed}");
     }
 }
+
+#[test]
+fn hosts_are_planned_priced_exported_and_refused_by_name() {
+    let dir = scratch("topology");
+    let (aware, blind, trec) = (dir.join("aware.json"), dir.join("blind.json"), dir.join("trec.json"));
+    let common =
+        ["plan", "--algo", "neuroshard-fast", "--sample", "40", "--devices", "16", "--max-dim", "64", "--seed", "2"];
+    let (o, text) = run(bin()
+        .args(common)
+        .args(["--topology", "h100-sxm", "--network-gbps", "4", "--splits", "torchrec", "--out"])
+        .arg(&aware)
+        .arg("--torchrec-out")
+        .arg(&trec));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Topology: 2 hosts × 8 devices, network 4.000 GB/s + 25 µs per device (h100-sxm)"), "{text}");
+    assert!(text.contains("bottleneck link: ") && text.contains("of which network ms"), "{text}");
+    let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&aware).unwrap()).unwrap();
+    assert_eq!(doc.task.topology.as_ref().map(|t| t.hosts), Some(2));
+    assert!(doc.report.bottleneck_link.is_some());
+    // The TorchRec plan places ranks by host.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trec).unwrap()).unwrap();
+    assert_eq!(t["local_world_size"], 8);
+    // A plan made blind to the hosts, priced on them by `evaluate`, costs more.
+    let (o, text) = run(bin().args(common).arg("--out").arg(&blind));
+    assert!(o.status.success(), "{text}");
+    let (o, text) = run(bin()
+        .args(["evaluate", "--topology", "h100-sxm", "--network-gbps", "4", "--out"])
+        .arg(dir.join("priced.json"))
+        .arg(&blind)
+        .arg(&aware));
+    assert!(o.status.success(), "{text}");
+    let priced: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("priced.json")).unwrap()).unwrap();
+    let cost = |i: usize| priced[i]["report"]["cost_ms"].as_f64().unwrap();
+    assert!(cost(1) < cost(0), "aware {} vs blind {}", cost(1), cost(0));
+    // Bad topologies: not dividing, no network, an unknown preset, a file and flags at once.
+    check_fails(
+        bin().args(["plan", "--devices", "12", "--topology", "h100-sxm", "--out"]).arg(dir.join("x.json")),
+        &["devices_per_host", "12 devices"],
+    );
+    check_fails(bin().args(["plan", "--devices", "8", "--hosts", "2", "--out"]).arg(dir.join("x.json")), &["network"]);
+    check_fails(bin().args(["plan", "--topology", "dgx", "--out"]).arg(dir.join("x.json")), &["\"dgx\"", "h100-sxm"]);
+    check_fails(
+        bin()
+            .args(["plan", "--devices", "8", "--topology", "h100-sxm", "--network-gbps", "0", "--out"])
+            .arg(dir.join("x.json")),
+        &["network_gbps", "0"],
+    );
+    let file = dir.join("topo.json");
+    std::fs::write(&file, r#"{"hosts": 2, "devices_per_host": 4, "network": {"bw_bytes_per_s": 1e10}}"#).unwrap();
+    check_fails(
+        bin().args(["plan", "--devices", "16", "--topology"]).arg(&file).arg("--out").arg(dir.join("x.json")),
+        &["2 × 4 = 8", "16 devices"],
+    );
+    check_fails(
+        bin()
+            .args(["plan", "--devices", "8", "--hosts", "2", "--topology"])
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.join("x.json")),
+        &["is a file"],
+    );
+    let (o, text) = run(bin()
+        .args(["plan", "--devices", "8", "--sample", "10", "--topology"])
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.join("x.json")));
+    assert!(o.status.success() && text.contains("2 hosts × 4 devices, network 10.000 GB/s"), "{text}");
+}
