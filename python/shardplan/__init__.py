@@ -221,6 +221,7 @@ def plan(
     pooling_factors: Optional[Mapping[str, float]] = None,
     memory: Optional[dict[str, Any]] = None,
     topology: Union[None, str, Mapping[str, Any]] = None,
+    splits: str = "any",
 ) -> Plan:
     """Plans ``tables`` on ``devices`` (a count of devices with ``mem`` each, or a list of per-device
     caps) with ``planner`` (default: the CLI's, ``auto``) under ``cost_model`` (a name from
@@ -230,7 +231,9 @@ def plan(
     the CLI's ``--memory-rule``. ``topology`` groups the devices into hosts: a preset name (``"h100-sxm"``,
     ``"a100-sxm"``, ``"pcie"``) or a dict with the CLI's ``--topology`` options (``preset``, ``hosts``,
     ``devices_per_host``, ``network_gbps``, ``network_latency_us``, ``host_dram_bytes``); default one
-    host. ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
+    host. ``splits="torchrec"`` keeps to splits TorchRec can build (equal column blocks, TorchRec's
+    row-wise layout), as the CLI's ``--splits``; the default ``"any"`` also allows NeuroShard's halvings.
+    ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
     (a ``ValueError``) naming the field and value of any bad input, or why no plan fits."""
     if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
         raise ShardplanError(f"field `devices` = {devices!r} is invalid (allowed: a count, or a list of per-device caps)")
@@ -241,7 +244,7 @@ def plan(
         caps = [_size("mem", mem)] * devices
     else:
         caps = [_size(f"devices[{i}]", c) for i, c in enumerate(devices)]
-    task = {"tables": tables_from(tables, pooling_factors), "devices": {"mem_cap_bytes": caps}}
+    task = {"tables": tables_from(tables, pooling_factors), "devices": {"mem_cap_bytes": caps}, "splits": splits}
     model, profile = _model(cost_model, definition, hw, global_batch)
     request: dict[str, Any] = {"task": task, "planner": planner or DEFAULT_PLANNER, "seed": seed, "model": model}
     if budget_ms is not None:

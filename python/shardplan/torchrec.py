@@ -27,6 +27,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import shardplan
 
+# TorchRec 1.9.2's CROSS_NODE_BANDWIDTH (planner/constants.py), bytes per ms: its Topology's default
+# inter_host_bw.
+CROSS_NODE_BANDWIDTH = 12.5 * 1024 * 1024 * 1024 / 1000
+
 #: TorchRec's default batch size per rank (``torchrec.distributed.planner.constants.BATCH_SIZE``).
 BATCH_SIZE = 512
 #: TorchRec's default pooling factor per feature (``POOLING_FACTOR``).
@@ -89,11 +93,9 @@ class ShardplanPlanner:
         local, world = self._local_world_size(), len(self._caps())
         if local >= world:
             return None
-        spec: Dict[str, Any] = {"devices_per_host": local}
-        bw = getattr(self.topology, "inter_host_bw", None)
-        if bw:
-            spec["network_gbps"] = float(bw) * 1e3 / 1e9
-        return spec
+        # TorchRec's Topology.inter_host_bw, bytes per ms (its default: CROSS_NODE_BANDWIDTH).
+        bw = getattr(self.topology, "inter_host_bw", None) or CROSS_NODE_BANDWIDTH
+        return {"devices_per_host": local, "network_gbps": float(bw) * 1e3 / 1e9}
 
     def _pooling_factor(self, config: Any) -> float:
         c = self.constraints.get(config.name)
@@ -138,6 +140,7 @@ class ShardplanPlanner:
             seed=self.seed,
             memory=memory,
             topology=self._hosts(),
+            splits="torchrec",
         )
         self.last_plan = plan
         whole = plan.to_torchrec_dict(local_world_size=self._local_world_size())

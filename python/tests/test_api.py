@@ -92,6 +92,28 @@ def test_the_same_plan_as_the_cli_on_a_seeded_task(tmp_path):
     assert have.cost_ms == want["report"]["cost_ms"]
 
 
+def test_hosts_by_preset_or_options_and_refused_by_name(tmp_path):
+    tables = [{"name": f"t{i}", "rows": 100_000, "dim": 64, "pooling_factor": 4.0} for i in range(24)]
+    p = shardplan.plan(tables, devices=16, planner="size-lookup", topology="h100-sxm")
+    assert p.document["task"]["topology"]["hosts"] == 2
+    assert p.report["bottleneck_link"]["part"] in ("compute", "in-host exchange", "network")
+    assert all(d["network_ms"] > 0 for d in p.devices)
+    assert p.to_torchrec_dict()["local_world_size"] == 8
+    # The same pricing as the CLI's `evaluate` of the document.
+    doc = tmp_path / "plan.json"
+    doc.write_text(p.to_json())
+    out = tmp_path / "again.json"
+    subprocess.run([cli(), "evaluate", str(doc), "--out", str(out)], check=True, capture_output=True)
+    assert json.loads(out.read_text())[0]["report"]["cost_ms"] == p.cost_ms
+    slow = shardplan.plan(tables, devices=16, planner="size-lookup",
+                          topology={"hosts": 4, "network_gbps": 1.0, "network_latency_us": 50})
+    assert slow.document["task"]["topology"]["devices_per_host"] == 4 and slow.cost_ms > p.cost_ms
+    with pytest.raises(shardplan.ShardplanError, match="devices_per_host"):
+        shardplan.plan(tables, devices=12, topology="h100-sxm")
+    with pytest.raises(shardplan.ShardplanError, match="network"):
+        shardplan.plan(tables, devices=8, topology={"hosts": 2})
+
+
 def test_torchrec_dict():
     p = shardplan.plan(TABLES, devices=4, planner="size-lookup")
     d = p.to_torchrec_dict()

@@ -57,6 +57,12 @@ def test_every_collection_is_planned_together_with_its_own_table_names():
     assert set(docs["sparse"]["plan"]) == {"t", "s"} and set(docs["user"]["plan"]) == {"t"}
     assert docs["user"]["tables"]["t"] == {"num_embeddings": 500_000, "embedding_dim": 64}
     assert docs["sparse"]["world_size"] == 4 and docs["sparse"]["local_world_size"] == 2
+    # Only splits TorchRec can build are searched.
+    assert planner.last_plan.document["task"]["splits"] == "torchrec"
+    # The hosts are planned on: 2 of 2 devices, over TorchRec's default cross-node bandwidth.
+    hosts = planner.last_plan.document["task"]["topology"]
+    assert (hosts["hosts"], hosts["devices_per_host"]) == (2, 2)
+    assert hosts["network"]["bw_bytes_per_s"] == pytest.approx(12.5 * 2**30)
     # Pooling factors: the constraint's sum, else TorchRec's 1.0 per feature.
     tables = {t["name"]: t for t in planner.last_plan.document["task"]["tables"]}
     assert tables["sparse/s"]["pooling_factor"] == 7.0 and tables["sparse/t"]["pooling_factor"] == 2.0

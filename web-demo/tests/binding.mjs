@@ -108,6 +108,25 @@ test('errors are exceptions with the core message', () => {
   assert.match(e, /the 4 tables need at least 190\.73 GiB \(204,800,000,000 bytes\)/);
 });
 
+test('groups devices into hosts and prices their network', () => {
+  const presets = pw.listTopologies();
+  assert.ok(presets.some((t) => t.name === 'h100-sxm' && t.devices_per_host === 8 && t.network_gbps === 48), JSON.stringify(presets));
+  const topology = pw.resolveTopology({ preset: 'h100-sxm' }, 16);
+  assert.equal(topology.hosts, 2);
+  assert.equal(pw.resolveTopology({}, 16), null);
+  assert.match(thrown(() => pw.resolveTopology({ preset: 'h100-sxm' }, 12)), /devices_per_host.*12 devices/);
+  const task = { ...pw.sampleTask({ devices: 16, max_dim: 64, tables: 40, seed: 3 }), topology };
+  const doc = pw.plan({ task, planner: 'size-lookup', seed: 0 }).document;
+  assert.equal(doc.task.topology.devices_per_host, 8);
+  assert.ok(doc.report.devices.every((d) => d.network_ms > 0));
+  assert.ok(['compute', 'in-host exchange', 'network'].includes(doc.report.bottleneck_link.part));
+  // The same through the request's topology; growing the plan keeps whole hosts.
+  const viaRequest = pw.plan({ task: { ...task, topology: undefined }, planner: 'size-lookup', seed: 0, topology: { preset: 'h100-sxm' } }).document;
+  assert.equal(viaRequest.report.cost_ms, doc.report.cost_ms);
+  assert.equal(pw.whatIf(doc, { op: 'set_device_count', count: 24 }).task.topology.hosts, 3);
+  assert.match(thrown(() => pw.whatIf(doc, { op: 'set_device_count', count: 20 })), /count.*8 devices per host/);
+});
+
 test('parses uploaded tables', () => {
   const tables = pw.parseTables('name,rows,dim,pooling_factor\nuser,1000,16,2\nitem,50,8,1\n', 'csv', undefined);
   assert.equal(tables[0].name, 'user');

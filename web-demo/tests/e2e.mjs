@@ -243,6 +243,22 @@ try {
   assert.match(await text('#task-summary'), /3 tables .* mine\.json/);
   assert.ok(await page.evaluate(() => window.sawPlanning), 'the previous plan is cleared while planning');
 
+  // 7b. Hosts: 16 devices as 2 hosts of 8 (h100-sxm); the summary says so and the bottleneck names its link.
+  console.log('e2e: hosts');
+  await page.locator('#devices').fill('16');
+  await page.locator('#devices').blur();
+  await page.locator('#topology').selectOption('h100-sxm');
+  await page.waitForFunction(() => document.querySelector('#task-summary')?.textContent.includes('in 2 hosts of 8 (h100-sxm)')
+    && document.querySelectorAll('#timeline .lane').length === 16 && !document.body.getAttribute('aria-busy')?.includes('true'),
+  null, { timeout: 30_000 });
+  await shot('hosts');
+  assert.match(await text('[data-kpi="bottleneck"]'), /held up by (compute|in-host exchange|network) \(network [\d.]+ ms\)/);
+  await page.locator('#devices').fill('12');
+  await page.locator('#devices').blur();
+  await page.waitForFunction(() => document.querySelector('#status')?.textContent.includes('devices_per_host'), null, { timeout: 15_000 });
+  assert.match(await text('#status'), /Devices: .*devices_per_host.*12 devices/);
+  await page.locator('#topology').selectOption('');
+
   // 8. A task larger than all the memory is refused once, with both totals; the next task shows its best
   //    valid plan (not the planner that was shown before).
   console.log('e2e: too large, then the best valid plan again');
