@@ -149,6 +149,7 @@ pub fn torchrec_plan(data: &[u8]) {
                 bins: None,
                 dtype: ElementType::Fp32,
                 optimizer: OptimizerState::None,
+                cache_load_factor: None,
             }
             .validate(i)
             .ok()

@@ -202,6 +202,14 @@ pub struct PlanRequest {
     /// [`topology_presets`]). Default: the task's own, or one host.
     #[serde(default)]
     pub topology: Option<crate::topology::TopologySpec>,
+    /// Memory tiers: `"auto"` (default, as the CLI: tables move to host memory behind HBM caches when
+    /// they do not fit in HBM) or `"hbm"`.
+    #[serde(default = "auto_tiers")]
+    pub tiers: String,
+}
+
+fn auto_tiers() -> String {
+    "auto".into()
 }
 
 /// A topology preset as listed to the bindings.
@@ -277,9 +285,9 @@ pub fn plan_with(req: &PlanRequest, model: &dyn CostModel, now_ms: impl Fn() -> 
         let topology = spec.resolve(task.devices.count())?;
         task = task.with_topology(topology)?;
     }
-    crate::memory::check_capacity(&task)?;
+    let tiers = crate::tier::TierMode::parse(&req.tiers)?;
     let start = now_ms();
-    let mut plan = planner.plan(&task, &ctx)?;
+    let (task, mut plan) = crate::planners::plan_tiered(planner.as_ref(), &task, &ctx, tiers)?;
     for _ in 1..req.repeat {
         plan = planner.plan(&task, &ctx)?;
     }
@@ -377,6 +385,7 @@ mod tests {
             memory: MemoryRule::torchrec(),
             budget_ms: None,
             topology: None,
+            tiers: "auto".into(),
         };
         let ticks = std::cell::Cell::new(1.0);
         let out = plan(&req, || ticks.replace(3.5)).unwrap();
@@ -415,6 +424,7 @@ mod tests {
             memory: MemoryRule::torchrec(),
             budget_ms: None,
             topology: None,
+            tiers: "auto".into(),
         };
         assert!(plan(&req, || 0.0).unwrap_err().to_string().contains("unknown planner `magic`"));
         let bad_hw = ModelOptions { hw: Some("tpu".into()), ..ModelOptions::default() };

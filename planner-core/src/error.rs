@@ -116,6 +116,20 @@ pub enum Error {
         /// The count, as exact as it could be computed.
         value_bytes: String,
     },
+    /// The tables kept in host memory (cached) need more host DRAM than the task's hosts have together
+    /// ([`crate::memory::check_capacity`]).
+    #[error(
+        "the tables kept in host memory need {need} of host DRAM, but {} {have} in total; give the hosts more DRAM (--host-dram) or keep fewer tables there",
+        counted(*.hosts, "host has", "hosts have")
+    )]
+    HostMemoryTooSmall {
+        /// Their weights and optimizer state in host memory, formatted.
+        need: String,
+        /// How many hosts.
+        hosts: usize,
+        /// Their DRAM together, formatted.
+        have: String,
+    },
     /// The task's tables cannot fit on its devices under any plan: their weights and optimizer state
     /// alone exceed the devices' usable memory together ([`crate::memory::check_capacity`]).
     #[error(

@@ -39,6 +39,7 @@ pub mod policy;
 pub mod pool;
 pub mod table;
 pub mod task;
+pub mod tier;
 pub mod topology;
 pub mod torchrec_plan;
 pub mod units;

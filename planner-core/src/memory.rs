@@ -159,7 +159,7 @@ impl TorchRecMemory {
         let w = world as f64;
         let elem = table.dtype.bytes();
         let tensor = u128::from(elem) * u128::from(rows) * u128::from(cols);
-        let weights_bytes = u64::try_from(tensor)
+        let tensor_bytes = u64::try_from(tensor)
             .map_err(|_| Error::ByteOverflow { context: context(), value_bytes: tensor.to_string() })?;
         // `_get_optimizer_multipler` on the unsharded tensor's shape: row-wise Adagrad keeps one
         // element per row in the weights' dtype.
@@ -168,8 +168,8 @@ impl TorchRecMemory {
             OptimizerState::Adam => 2.0,
             OptimizerState::RowwiseAdagrad => 1.0 / f64::from(table.dim),
         };
-        let optimizer_bytes =
-            if multiplier == 0.0 { 0 } else { ceil_bytes(&context(), weights_bytes as f64 * multiplier)? };
+        let optimizer_of =
+            |t: u64| if multiplier == 0.0 { Ok(0) } else { ceil_bytes(&context(), t as f64 * multiplier) };
         let (input_bytes, output_bytes) = match layout {
             // An empty row-wise shard (more ranks than rows) reads and writes nothing.
             Layout::Rows if rows == 0 || cols == 0 => (0, 0),
@@ -181,7 +181,32 @@ impl TorchRecMemory {
                 (ceil_bytes(&context(), input)?, ceil_bytes(&context(), bo * w * cols as f64 * elem as f64)?)
             }
         };
-        Ok(PieceMemory { weights_bytes, optimizer_bytes, input_bytes, output_bytes })
+        let Some(clf) = table.cache_load_factor else {
+            let optimizer_bytes = optimizer_of(tensor_bytes)?;
+            return Ok(PieceMemory {
+                weights_bytes: tensor_bytes,
+                optimizer_bytes,
+                input_bytes,
+                output_bytes,
+                ..PieceMemory::default()
+            });
+        };
+        // `fused_uvm_caching` (`calculate_shard_storages`): the weights and optimizer state live in host
+        // DRAM; HBM holds `round(table bytes · clf)` shared out by the shard's share of the table, its
+        // optimizer state, and the cache's auxiliary state, `rows · (4 + 16 · clf)` bytes.
+        let whole = u128::from(elem) * u128::from(table.rows) * u128::from(table.dim);
+        let share = (rows as f64 * cols as f64) / (table.rows as f64 * f64::from(table.dim));
+        let hbm_storage = (whole as f64 * clf).round();
+        let weights_bytes = ceil_bytes(&context(), hbm_storage * share)?;
+        let host_weights = ceil_bytes(&context(), whole as f64 * share)?;
+        Ok(PieceMemory {
+            weights_bytes,
+            optimizer_bytes: optimizer_of(weights_bytes)?,
+            input_bytes,
+            output_bytes,
+            cache_state_bytes: ceil_bytes(&context(), rows as f64 * (4.0 + clf * 16.0))?,
+            host_bytes: host_weights.saturating_add(optimizer_of(host_weights)?),
+        })
     }
 }
 
@@ -333,12 +358,22 @@ impl MemoryRule {
         }
         match self {
             // Within the table's bounds (rows ≤ 2^40, dim ≤ 2^16) neither term can overflow.
-            Self::Weights => Ok(PieceMemory {
-                weights_bytes: rows * u64::from(dim) * table.dtype.bytes(),
-                optimizer_bytes: table.optimizer.state_bytes(rows, dim),
-                input_bytes: 0,
-                output_bytes: 0,
-            }),
+            Self::Weights => {
+                let weights = rows * u64::from(dim) * table.dtype.bytes();
+                let optimizer = table.optimizer.state_bytes(rows, dim);
+                Ok(match table.cache_load_factor {
+                    None => {
+                        PieceMemory { weights_bytes: weights, optimizer_bytes: optimizer, ..PieceMemory::default() }
+                    }
+                    // In host DRAM; the HBM cache holds `clf` of the weights and their optimizer state.
+                    Some(clf) => PieceMemory {
+                        weights_bytes: (weights as f64 * clf).ceil() as u64,
+                        optimizer_bytes: (optimizer as f64 * clf).ceil() as u64,
+                        host_bytes: weights + optimizer,
+                        ..PieceMemory::default()
+                    },
+                })
+            }
             Self::TorchRec(m) => {
                 let layout = if rows < table.rows { Layout::Rows } else { Layout::Columns };
                 m.shard(table, layout, rows, u64::from(dim), world)
@@ -414,15 +449,24 @@ pub struct PieceMemory {
     pub input_bytes: u64,
     /// Output buffers (its pooled outputs).
     pub output_bytes: u64,
+    /// A cached table's HBM cache state (index map and LRU state; TorchRec's
+    /// `_calculate_cache_aux_state_sizes`); 0 in HBM.
+    #[serde(default)]
+    pub cache_state_bytes: u64,
+    /// Host DRAM it takes (a cached table's weights and optimizer state; 0 in HBM). Not part of
+    /// [`PieceMemory::total_bytes`], which counts HBM.
+    #[serde(default)]
+    pub host_bytes: u64,
 }
 
 impl PieceMemory {
-    /// The sum of the terms; [`Error::ByteOverflow`] past `u64`.
+    /// The sum of the HBM terms; [`Error::ByteOverflow`] past `u64`.
     pub fn total_bytes(&self) -> Result<u64> {
         let sum = u128::from(self.weights_bytes)
             + u128::from(self.optimizer_bytes)
             + u128::from(self.input_bytes)
-            + u128::from(self.output_bytes);
+            + u128::from(self.output_bytes)
+            + u128::from(self.cache_state_bytes);
         u64::try_from(sum).map_err(|_| Error::ByteOverflow {
             context: "the memory of one piece".into(),
             value_bytes: sum.to_string(),
@@ -464,6 +508,13 @@ pub struct DeviceMemoryReport {
     pub optimizer_bytes: u64,
     /// Input and output buffers of its pieces.
     pub buffer_bytes: u64,
+    /// HBM cache state of its cached pieces (counted with the other terms against its usable bytes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_state_bytes: u64,
+    /// Host DRAM its cached pieces take (weights and optimizer state in host memory; counted against
+    /// its host's DRAM, not its HBM).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_bytes: u64,
     /// Bytes the rule reserves on it.
     pub reserved_bytes: u64,
     /// Bytes its pieces may use (cap − reserved; 0 when the reservation exceeds the cap).
@@ -484,9 +535,13 @@ impl DeviceMemoryReport {
         out
     }
 
-    /// Weights + optimizer state + buffers: the bytes counted against [`DeviceMemoryReport::usable_bytes`].
+    /// Weights + optimizer state + buffers + cache state: the HBM bytes counted against
+    /// [`DeviceMemoryReport::usable_bytes`].
     pub fn placed_bytes(&self) -> Result<u64> {
-        let sum = u128::from(self.weights_bytes) + u128::from(self.optimizer_bytes) + u128::from(self.buffer_bytes);
+        let sum = u128::from(self.weights_bytes)
+            + u128::from(self.optimizer_bytes)
+            + u128::from(self.buffer_bytes)
+            + u128::from(self.cache_state_bytes);
         u64::try_from(sum).map_err(|_| Error::ByteOverflow {
             context: "the pieces of one device".into(),
             value_bytes: sum.to_string(),
@@ -494,12 +549,54 @@ impl DeviceMemoryReport {
     }
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// TorchRec's `DDR_CAP`: host memory per device when the task's topology does not say (128 GiB).
+pub const DEFAULT_HOST_DRAM_PER_DEVICE: u64 = 128 * crate::units::GIB;
+
+/// Host DRAM of every host of `task` (its topology's `host_dram_bytes`, else
+/// [`DEFAULT_HOST_DRAM_PER_DEVICE`] per device), and its devices per host.
+#[must_use]
+pub fn host_dram(task: &Task) -> (Vec<u64>, usize) {
+    let t = task.topology_or_single();
+    let per_host = t.host_dram_bytes.unwrap_or_else(|| {
+        DEFAULT_HOST_DRAM_PER_DEVICE.saturating_mul(u64::try_from(t.devices_per_host).unwrap_or(u64::MAX))
+    });
+    (vec![per_host; t.hosts], t.devices_per_host)
+}
+
+/// One line per host whose devices' cached pieces take more host DRAM than it has; empty when they
+/// fit (always, without cached tables). `host_bytes` is per device, in device order.
+#[must_use]
+pub fn host_violations(task: &Task, host_bytes: &[u64]) -> Vec<String> {
+    let (dram, per_host) = host_dram(task);
+    host_bytes
+        .chunks(per_host.max(1))
+        .zip(&dram)
+        .enumerate()
+        .filter_map(|(h, (devices, &cap))| {
+            let used = devices.iter().fold(0u64, |a, &b| a.saturating_add(b));
+            (used > cap).then(|| {
+                format!(
+                    "host {h}: {} of cached tables in host memory, {} over its {} of DRAM",
+                    format_bytes_exact(used),
+                    format_bytes(used - cap),
+                    format_bytes(cap)
+                )
+            })
+        })
+        .collect()
+}
+
 /// Every device's memory under `task`'s rule with `plan`'s pieces on it. Refuses nothing but byte
 /// counts past `u64` ([`Error::ByteOverflow`] naming the device); whether the plan fits is for the
 /// caller to compare (`placed_bytes` against `usable_bytes`, and the reservation against the cap).
 pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceMemoryReport)>> {
     let devices = task.device_memory()?;
-    let mut sums = vec![[0u128; 3]; devices.len()];
+    let mut sums = vec![[0u128; 5]; devices.len()];
     for p in plan.pieces() {
         let table = task.tables.get(p.table_id).ok_or_else(|| {
             Error::InvalidPlan(format!(
@@ -520,12 +617,14 @@ pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceM
         s[0] += u128::from(m.weights_bytes);
         s[1] += u128::from(m.optimizer_bytes);
         s[2] += m.buffer_bytes();
+        s[3] += u128::from(m.cache_state_bytes);
+        s[4] += u128::from(m.host_bytes);
     }
     devices
         .into_iter()
         .zip(sums)
         .enumerate()
-        .map(|(d, (dm, [w, o, b]))| {
+        .map(|(d, (dm, [w, o, b, c, h]))| {
             let narrow = |what: &str, v: u128| {
                 u64::try_from(v).map_err(|_| Error::ByteOverflow {
                     context: format!("the {what} of the pieces on device {d}"),
@@ -536,10 +635,12 @@ pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceM
                 weights_bytes: narrow("weights", w)?,
                 optimizer_bytes: narrow("optimizer state", o)?,
                 buffer_bytes: narrow("buffers", b)?,
+                cache_state_bytes: narrow("cache state", c)?,
+                host_bytes: narrow("host memory", h)?,
                 reserved_bytes: dm.reserved_bytes,
                 usable_bytes: dm.usable_bytes,
             };
-            narrow("weights, optimizer state and buffers", w + o + b)?;
+            narrow("weights, optimizer state, buffers and cache state", w + o + b + c)?;
             Ok((dm, report))
         })
         .collect()
@@ -581,9 +682,21 @@ pub fn violation(device: usize, dm: &DeviceMemory, placed_bytes: u64, rule: &str
 /// of any planner fits such a task; a command says this before naming any one table.
 pub fn check_capacity(task: &Task) -> Result<()> {
     let mut need: u128 = 0;
+    let mut host_need: u128 = 0;
     for t in &task.tables {
         let p = MemoryRule::Weights.piece(t, t.rows, t.dim, task.devices.count())?;
         need += u128::from(p.weights_bytes) + u128::from(p.optimizer_bytes);
+        host_need += u128::from(p.host_bytes);
+    }
+    let (dram, _) = host_dram(task);
+    let have: u128 = dram.iter().map(|&b| u128::from(b)).sum();
+    if host_need > have {
+        let narrow = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        return Err(Error::HostMemoryTooSmall {
+            need: format_bytes_exact(narrow(host_need)),
+            hosts: dram.len(),
+            have: format_bytes(narrow(have)),
+        });
     }
     let memory = task.memory.devices(&task.tables, &task.devices)?;
     let usable: u128 = memory.iter().map(|d| u128::from(d.usable_bytes)).sum();
@@ -629,9 +742,11 @@ fn suggest_devices(need: u64, memory: &[DeviceMemory]) -> String {
 /// when the plan fits. Byte counts past `u64` are errors ([`plan_usage`]).
 pub fn plan_violations(task: &Task, plan: &Plan) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for (d, (dm, m)) in plan_usage(task, plan)?.iter().enumerate() {
+    let usage = plan_usage(task, plan)?;
+    for (d, (dm, m)) in usage.iter().enumerate() {
         out.extend(violation(d, dm, m.placed_bytes()?, task.memory.name()));
     }
+    out.extend(host_violations(task, &usage.iter().map(|(_, m)| m.host_bytes).collect::<Vec<_>>()));
     Ok(out)
 }
 
@@ -733,7 +848,8 @@ mod tests {
                 weights_bytes: tensor,
                 optimizer_bytes: 2 * tensor,
                 input_bytes: input,
-                output_bytes: 512 * 4 * 64 * 4
+                output_bytes: 512 * 4 * 64 * 4,
+                ..PieceMemory::default()
             }
         );
         // A column half reads every index and writes half the outputs; a row quarter reads a quarter.

@@ -99,6 +99,12 @@ pub struct TableSpec {
     pub dtype: ElementType,
     /// Optimizer state stored with the weights.
     pub optimizer: OptimizerState,
+    /// Where the table lives: absent = in HBM; a fraction in (0, 1] = in host DRAM (UVM) with an HBM
+    /// cache holding that share of its rows (TorchRec's `fused_uvm_caching` kernel and its
+    /// `cache_load_factor`; `crate::tier`). Set by the user, or by the tier choice when the tables do
+    /// not fit in HBM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_load_factor: Option<f64>,
 }
 
 /// Largest accepted dimension: well above any real embedding table, small enough that sizes cannot
@@ -166,7 +172,28 @@ impl TableSpec {
                 "fractions summing to 1 (or all 0 for a table with no lookups), within 1e-3",
             ));
         }
-        Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer })
+        Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer, cache_load_factor: None })
+    }
+
+    /// The same table in host DRAM with an HBM cache of `cache_load_factor` of its rows (`None`: in HBM);
+    /// a fraction outside (0, 1] is refused naming the table.
+    pub fn with_cache_load_factor(mut self, cache_load_factor: Option<f64>) -> Result<Self> {
+        if let Some(c) = cache_load_factor.filter(|c| !(c.is_finite() && *c > 0.0 && *c <= 1.0)) {
+            return Err(Error::field(
+                format!("table `{}`", shown_name(&self.name)),
+                "cache_load_factor",
+                c,
+                "a fraction in (0, 1] (the share of its rows the HBM cache holds)",
+            ));
+        }
+        self.cache_load_factor = cache_load_factor;
+        Ok(self)
+    }
+
+    /// Whether the table lives in host DRAM behind an HBM cache.
+    #[must_use]
+    pub fn is_cached(&self) -> bool {
+        self.cache_load_factor.is_some()
     }
 
     /// Bytes of one piece of this table with `dim` columns (all rows): weights plus optimizer state. A
@@ -213,6 +240,9 @@ pub struct TableInput {
     /// `none` (default), `rowwise_adagrad` or `adam`.
     #[serde(default)]
     pub optimizer: OptimizerState,
+    /// Host DRAM with an HBM cache of this share of the rows (absent: HBM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_load_factor: Option<f64>,
 }
 
 /// A table name as error messages show it: as written, or escaped (`\u{1b}`) when it holds control
@@ -228,7 +258,8 @@ impl TableInput {
         let name = self.name.unwrap_or_else(|| format!("t{index}"));
         let context = format!("table {index} (`{}`)", shown_name(&name));
         let bins = bins_from_slice(&context, self.bins.as_deref(), self.pooling_factor)?;
-        TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)
+        TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)?
+            .with_cache_load_factor(self.cache_load_factor)
     }
 }
 
@@ -242,6 +273,7 @@ impl From<&TableSpec> for TableInput {
             bins: Some(t.bins.to_vec()),
             dtype: t.dtype,
             optimizer: t.optimizer,
+            cache_load_factor: t.cache_load_factor,
         }
     }
 }

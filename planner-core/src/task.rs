@@ -145,6 +145,7 @@ impl Task {
             devices_per_host: self.devices.count(),
             network: None,
             host_dram_bytes: None,
+            host_link_bw_bytes_per_s: None,
             preset: None,
         })
     }

@@ -51,6 +51,8 @@ pub struct TopologyPreset {
     pub network: Link,
     /// Host memory (DRAM) per host, bytes.
     pub host_dram_bytes: u64,
+    /// Bandwidth between one device and host memory, bytes per second.
+    pub host_link_bw_bytes_per_s: f64,
 }
 
 /// The presets (`docs/COST_MODELS.md`, "Topology"): NCCL's published inter-host figures where there
@@ -58,24 +60,27 @@ pub struct TopologyPreset {
 pub const TOPOLOGY_PRESETS: [TopologyPreset; 3] = [
     TopologyPreset {
         name: "h100-sxm",
-        description: "8 × H100 SXM per host (NVLink 4), one 400 Gb/s NDR InfiniBand NIC per GPU (48 GB/s, 25 µs), 2 TiB DRAM",
+        description: "8 × H100 SXM per host (NVLink 4), one 400 Gb/s NDR InfiniBand NIC per GPU (48 GB/s, 25 µs), 2 TiB DRAM, PCIe 5 to host (51.2 GB/s)",
         devices_per_host: 8,
         network: Link { bw_bytes_per_s: 48e9, latency_ms: 0.025 },
         host_dram_bytes: 2048 * GIB,
+        host_link_bw_bytes_per_s: 51.2e9,
     },
     TopologyPreset {
         name: "a100-sxm",
-        description: "8 × A100 SXM per host (NVLink 3), one 200 Gb/s HDR InfiniBand NIC per GPU (24 GB/s, 25 µs), 1 TiB DRAM",
+        description: "8 × A100 SXM per host (NVLink 3), one 200 Gb/s HDR InfiniBand NIC per GPU (24 GB/s, 25 µs), 1 TiB DRAM, PCIe 4 to host (25.6 GB/s)",
         devices_per_host: 8,
         network: Link { bw_bytes_per_s: 24e9, latency_ms: 0.025 },
         host_dram_bytes: 1024 * GIB,
+        host_link_bw_bytes_per_s: 25.6e9,
     },
     TopologyPreset {
         name: "pcie",
-        description: "8 PCIe GPUs per host, one 100 Gb/s Ethernet NIC per host (1.5 GB/s per GPU, 50 µs), 512 GiB DRAM",
+        description: "8 PCIe GPUs per host, one 100 Gb/s Ethernet NIC per host (1.5 GB/s per GPU, 50 µs), 512 GiB DRAM, PCIe 4 to host (25.6 GB/s)",
         devices_per_host: 8,
         network: Link { bw_bytes_per_s: 12e9 / 8.0, latency_ms: 0.050 },
         host_dram_bytes: 512 * GIB,
+        host_link_bw_bytes_per_s: 25.6e9,
     },
 ];
 
@@ -92,6 +97,10 @@ pub struct Topology {
     /// Host memory per host, bytes, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_dram_bytes: Option<u64>,
+    /// Bandwidth between one device and host memory (what a cached table's misses cross), bytes per
+    /// second, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_link_bw_bytes_per_s: Option<f64>,
     /// The preset it was made from, if any (for reports).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,
@@ -107,7 +116,8 @@ impl Topology {
         network: Option<Link>,
         host_dram_bytes: Option<u64>,
     ) -> Result<Self> {
-        let t = Self { hosts, devices_per_host, network, host_dram_bytes, preset: None };
+        let t =
+            Self { hosts, devices_per_host, network, host_dram_bytes, host_link_bw_bytes_per_s: None, preset: None };
         t.check_shape()?;
         Ok(t)
     }
@@ -126,6 +136,7 @@ impl Topology {
         let per_host = devices_per_host.unwrap_or(p.devices_per_host).min(devices.max(1));
         let hosts = Self::hosts_for(devices, per_host)?;
         let mut t = Self::new(hosts, per_host, Some(p.network), Some(p.host_dram_bytes))?;
+        t.host_link_bw_bytes_per_s = Some(p.host_link_bw_bytes_per_s);
         t.preset = Some(p.name.to_owned());
         Ok(t)
     }
@@ -172,7 +183,12 @@ impl Topology {
             Some(l) if !(l.latency_ms.is_finite() && l.latency_ms >= 0.0) => {
                 Err(Error::field(CTX, "network.latency_ms", l.latency_ms, "a finite number ≥ 0"))
             }
-            _ => Ok(()),
+            _ => match self.host_link_bw_bytes_per_s {
+                Some(b) if !(b.is_finite() && b > 0.0) => {
+                    Err(Error::field(CTX, "host_link_bw_bytes_per_s", b, "a finite number > 0"))
+                }
+                _ => Ok(()),
+            },
         }
     }
 
@@ -257,6 +273,9 @@ pub struct TopologySpec {
     /// Host memory per host, bytes; overrides the preset's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_dram_bytes: Option<u64>,
+    /// Bandwidth between a device and host memory, GB/s; overrides the preset's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link_gbps: Option<f64>,
 }
 
 impl TopologySpec {
@@ -285,7 +304,14 @@ impl TopologySpec {
         } else {
             let l = per_host.unwrap_or(devices);
             let h = Topology::hosts_for(devices, l)?;
-            Topology { hosts: h, devices_per_host: l, network: None, host_dram_bytes: None, preset: None }
+            Topology {
+                hosts: h,
+                devices_per_host: l,
+                network: None,
+                host_dram_bytes: None,
+                host_link_bw_bytes_per_s: None,
+                preset: None,
+            }
         };
         if let Some(h) = self.hosts.filter(|&h| h != t.hosts) {
             return Err(Error::field(
@@ -325,6 +351,12 @@ impl TopologySpec {
             }
             t.host_dram_bytes = Some(b);
         }
+        if let Some(g) = self.host_link_gbps {
+            if !(g.is_finite() && g > 0.0) {
+                return Err(Error::field(CTX, "host_link_gbps", g, "a finite number > 0"));
+            }
+            t.host_link_bw_bytes_per_s = Some(g * 1e9);
+        }
         t.check(devices)?;
         Ok(Some(t))
     }
@@ -342,12 +374,17 @@ impl<'de> Deserialize<'de> for Topology {
             #[serde(default)]
             host_dram_bytes: Option<u64>,
             #[serde(default)]
+            host_link_bw_bytes_per_s: Option<f64>,
+            #[serde(default)]
             preset: Option<String>,
         }
         let r = Raw::deserialize(d)?;
-        let mut t =
-            Self::new(r.hosts, r.devices_per_host, r.network, r.host_dram_bytes).map_err(serde::de::Error::custom)?;
-        t.preset = r.preset;
+        let t = Self {
+            host_link_bw_bytes_per_s: r.host_link_bw_bytes_per_s,
+            preset: r.preset,
+            ..Self::new(r.hosts, r.devices_per_host, r.network, r.host_dram_bytes).map_err(serde::de::Error::custom)?
+        };
+        t.check_shape().map_err(serde::de::Error::custom)?;
         Ok(t)
     }
 }

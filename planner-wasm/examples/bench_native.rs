@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 memory: planner_core::MemoryRule::torchrec(),
                 budget_ms: None,
                 topology: None,
+                tiers: "auto".into(),
             };
             let times = out.entry(p.name).or_default();
             let once = match plan(&req, now_ms) {

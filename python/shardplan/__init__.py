@@ -222,6 +222,7 @@ def plan(
     memory: Optional[dict[str, Any]] = None,
     topology: Union[None, str, Mapping[str, Any]] = None,
     splits: str = "any",
+    tiers: str = "auto",
 ) -> Plan:
     """Plans ``tables`` on ``devices`` (a count of devices with ``mem`` each, or a list of per-device
     caps) with ``planner`` (default: the CLI's, ``auto``) under ``cost_model`` (a name from
@@ -233,7 +234,8 @@ def plan(
     ``devices_per_host``, ``network_gbps``, ``network_latency_us``, ``host_dram_bytes``); default one
     host. ``splits="torchrec"`` keeps to splits TorchRec can build (equal column blocks, TorchRec's
     row-wise layout), as the CLI's ``--splits``; the default ``"any"`` also allows NeuroShard's halvings.
-    ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
+    ``tiers="auto"`` moves tables to host memory behind HBM caches when they do not fit in HBM (the
+    CLI's ``--tiers``); ``"hbm"`` keeps every table in HBM. ``budget_ms`` bounds the search time. Raises :class:`ShardplanError`
     (a ``ValueError``) naming the field and value of any bad input, or why no plan fits."""
     if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
         raise ShardplanError(f"field `devices` = {devices!r} is invalid (allowed: a count, or a list of per-device caps)")
@@ -246,7 +248,8 @@ def plan(
         caps = [_size(f"devices[{i}]", c) for i, c in enumerate(devices)]
     task = {"tables": tables_from(tables, pooling_factors), "devices": {"mem_cap_bytes": caps}, "splits": splits}
     model, profile = _model(cost_model, definition, hw, global_batch)
-    request: dict[str, Any] = {"task": task, "planner": planner or DEFAULT_PLANNER, "seed": seed, "model": model}
+    request: dict[str, Any] = {"task": task, "planner": planner or DEFAULT_PLANNER, "seed": seed, "model": model,
+                               "tiers": tiers}
     if budget_ms is not None:
         request["budget_ms"] = budget_ms
     if memory is not None:

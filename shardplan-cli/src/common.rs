@@ -71,9 +71,14 @@ pub struct TopologyArgs {
     /// Fixed time of one exchange over the network, µs (overrides the preset's; default 0).
     #[arg(long)]
     pub network_latency_us: Option<f64>,
-    /// Host memory per host (`2TiB`, bytes; overrides the preset's).
+    /// Host memory per host (`2TiB`, bytes; overrides the preset's; default 128 GiB per device,
+    /// TorchRec's `DDR_CAP`).
     #[arg(long)]
     pub host_dram: Option<String>,
+    /// Bandwidth between a device and host memory, GB/s, what cached tables' misses cross (overrides
+    /// the preset's; default TorchRec's 32 GiB/s).
+    #[arg(long)]
+    pub host_link_gbps: Option<f64>,
 }
 
 impl TopologyArgs {
@@ -87,6 +92,7 @@ impl TopologyArgs {
             network_gbps: self.network_gbps,
             network_latency_us: self.network_latency_us,
             host_dram_bytes: self.host_dram.as_deref().map(|s| parse_bytes("--host-dram", s)).transpose()?,
+            host_link_gbps: self.host_link_gbps,
         };
         match self.topology.as_deref() {
             Some(f)

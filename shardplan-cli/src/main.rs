@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Plan one task (tables from a file or the built-in pool) and print the per-device costs.
-    Plan(plan_cmd::PlanArgs),
+    Plan(Box<plan_cmd::PlanArgs>),
     /// Write a seeded task suite (JSON Lines) for a seed paper's protocol.
     Tasks(tasks_cmd::TasksArgs),
     /// Run planners over a task suite: mean cost, valid plans, improvement, planning time.

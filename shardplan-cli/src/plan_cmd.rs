@@ -55,6 +55,12 @@ pub struct PlanArgs {
     pub local_world_size: Option<usize>,
     #[command(flatten)]
     pub topology: TopologyArgs,
+    /// Memory tiers. `auto`: when the tables need more HBM than the devices have, the coldest (by
+    /// misses per byte freed) move to host DRAM behind an HBM cache of a chosen share of their rows
+    /// (TorchRec's `fused_uvm_caching`; `docs/COST_MODELS.md`, "Memory tiers"). `hbm`: HBM only. A
+    /// `cache_load_factor` in the tables file is kept either way.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hbm"])]
+    pub tiers: String,
     /// List the pieces on every device.
     #[arg(long)]
     pub verbose: bool,
@@ -86,7 +92,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     .with_memory(rule)
     .with_splits(args.memory.splits(if args.torchrec_out.is_some() { SplitRule::TorchRec } else { SplitRule::Any })?)
     .with_topology(topology)?;
-    planner_core::memory::check_capacity(&task)?;
+    let tiers = planner_core::tier::TierMode::parse(&args.tiers)?;
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_secs_f64() * 1e3;
     let mut ctx = PlanContext::new(model.as_ref(), args.seed);
@@ -98,7 +104,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     }
     let planner = entry.build();
     let heap_before = crate::heap::reset_peak();
-    let plan = planner.plan(&task, &ctx).with_context(|| format!("planner `{}`", entry.name))?;
+    let (task, plan) = planner_core::planners::plan_tiered(planner.as_ref(), &task, &ctx, tiers)
+        .with_context(|| format!("planner `{}`", entry.name))?;
     let plan_time_ms = clock();
     let heap = format_bytes(crate::heap::peak().saturating_sub(heap_before) as u64);
     match planner.last_stats() {
@@ -141,6 +148,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if let Some(t) = &task.topology {
         println!("Topology: {}", t.describe());
     }
+    if let Some(line) = tiers_line(&task) {
+        println!("{line}");
+    }
     println!("{}", device_table(&report));
     if args.verbose {
         for d in &report.devices {
@@ -171,6 +181,30 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     write_atomic(&args.out, json.as_bytes())?;
     println!("plan written to {}", args.out.display());
     Ok(())
+}
+
+/// Which tables live in host memory behind an HBM cache, or nothing when all are in HBM.
+pub fn tiers_line(task: &Task) -> Option<String> {
+    let cached: Vec<&planner_core::TableSpec> = task.tables.iter().filter(|t| t.is_cached()).collect();
+    if cached.is_empty() {
+        return None;
+    }
+    let host: u64 = cached.iter().fold(0u64, |a, t| a.saturating_add(t.size_bytes()));
+    let mut shares: Vec<String> = cached
+        .iter()
+        .take(8)
+        .map(|t| format!("{} {:.0}%", t.name, 100.0 * t.cache_load_factor.unwrap_or(0.0)))
+        .collect();
+    if cached.len() > 8 {
+        shares.push(format!("… {} more", cached.len() - 8));
+    }
+    Some(format!(
+        "Tiers: {} of {} tables ({}) in host memory behind HBM caches (cache share of rows: {}); the rest in HBM",
+        cached.len(),
+        task.tables.len(),
+        format_bytes(host),
+        shares.join(", ")
+    ))
 }
 
 /// What holds up the bottleneck device: compute, its in-host exchange or the network.
@@ -206,6 +240,8 @@ pub fn device_table(report: &PlanReport) -> String {
     let intervals = report.devices.iter().any(|d| d.compute_interval_ms.is_some());
     // The network part of the exchanges, on several hosts.
     let network = report.devices.iter().any(|d| d.network_ms > 0.0);
+    // Host memory of cached tables.
+    let host = report.devices.iter().any(|d| d.memory.host_bytes > 0);
     let rows: Vec<Vec<String>> = report
         .devices
         .iter()
@@ -235,6 +271,10 @@ pub fn device_table(report: &PlanReport) -> String {
             if network {
                 row.insert(12, format!("{:.3}", d.network_ms));
             }
+            if host {
+                row.insert(8, format_bytes(m.host_bytes));
+                row.insert(5, format_bytes(m.cache_state_bytes));
+            }
             if intervals {
                 let interval = d.compute_interval_ms.map_or("-".into(), |[lo, hi]| format!("{lo:.3}–{hi:.3}"));
                 row.insert(10, interval);
@@ -260,6 +300,10 @@ pub fn device_table(report: &PlanReport) -> String {
     ];
     if network {
         headers.insert(12, "of which network ms");
+    }
+    if host {
+        headers.insert(8, "host DRAM");
+        headers.insert(5, "cache state");
     }
     if intervals {
         headers.insert(10, "compute interval ms");

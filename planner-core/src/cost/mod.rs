@@ -298,6 +298,17 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
     let usage = crate::memory::plan_usage(task, plan)?;
     let mut devices = Vec::with_capacity(n);
     let mut violations = Vec::new();
+    let host_bytes: Vec<u64> = usage.iter().map(|(_, m)| m.host_bytes).collect();
+    // What each device's cached pieces add for their misses (crate::tier), the same under every member.
+    let link = crate::tier::host_link_bw(task);
+    let misses = by_device
+        .iter()
+        .map(|idx| {
+            let set: Vec<PieceRef<'_>> =
+                idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
+            crate::tier::set_miss_ms(&set, model, link)
+        })
+        .collect::<Result<Vec<f64>>>()?;
     for ((device, idx), (dm, memory)) in by_device.iter().enumerate().zip(usage) {
         let set: Vec<PieceRef<'_>> =
             idx.iter().map(|&i| PieceRef::of(&task.tables[pieces[i].table_id], &pieces[i])).collect();
@@ -324,9 +335,13 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             mem_cap_bytes: dm.cap_bytes,
             memory,
             dim_sum: set.iter().map(|p| u64::from(p.dim)).sum(),
-            compute_ms: model.compute_ms(&set)?,
+            compute_ms: model.compute_ms(&set)? + misses[device],
             compute_interval_ms: None,
-            compute_split: model.compute_split(&set)?,
+            // A cached piece's misses: its row fetches in the forward pass, its write-backs in the backward.
+            compute_split: model.compute_split(&set)?.map(|c| ComputeSplit {
+                fwd_ms: c.fwd_ms + misses[device] / 2.0,
+                bwd_ms: c.bwd_ms + misses[device] / 2.0,
+            }),
             fw_comm_ms: 0.0,
             bw_comm_ms: 0.0,
             network_ms: 0.0,
@@ -334,6 +349,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             total_ms: 0.0,
         });
     }
+    violations.extend(crate::memory::host_violations(task, &host_bytes));
     let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
     let compute: Vec<f64> = devices.iter().map(|d| d.compute_ms).collect();
     let times = device_times(model, &compute, &dims, definition, task.topology.as_ref())?;
@@ -356,6 +372,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
             let members = if set.is_empty() { None } else { model.compute_members_ms(&set)? };
             match (members, &mut member_totals) {
                 (Some(m), Some(all)) => {
+                    let m: Vec<f64> = m.iter().map(|c| c + misses[d]).collect();
                     devices[d].compute_interval_ms = Some(interval(devices[d].compute_ms, &m, z));
                     all.push(m.iter().map(|c| c + comm).collect());
                 }

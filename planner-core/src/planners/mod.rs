@@ -351,3 +351,44 @@ pub fn planners(list: &str) -> Result<Vec<&'static PlannerEntry>> {
     }
     list.split(',').map(|n| planner(n.trim())).collect()
 }
+
+/// HBM fill targets [`plan_tiered`] tries in turn: the share of the devices' usable bytes the tables in
+/// HBM may take, lowered when a planner cannot place them.
+pub const TIER_FILLS: [f64; 5] = [0.9, 0.8, 0.7, 0.6, 0.5];
+
+/// Plans `task` with `planner`, first moving tables to host memory behind HBM caches when they do not
+/// fit in HBM ([`crate::tier::assign`], under `mode`); returns the task as planned (its tables' tiers
+/// chosen) and the plan. Every front end plans through it, so every planner gets the same tiers. When a
+/// planner cannot place the tables in HBM at one fill target, the next, lower one is tried. The tiered
+/// task is checked as [`crate::memory::check_capacity`] checks a task.
+pub fn plan_tiered(
+    planner: &dyn Planner,
+    task: &Task,
+    ctx: &PlanContext<'_>,
+    mode: crate::tier::TierMode,
+) -> Result<(Task, Plan)> {
+    let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
+    let mut last = None;
+    let mut tried: Option<Vec<crate::table::TableSpec>> = None;
+    for fill in TIER_FILLS {
+        // Tables that cannot fit even in host memory behind the smallest caches: the task's own
+        // capacity refusal says how much memory they need, when it applies.
+        let tiered = crate::tier::assign(task, mode, fill, batch)
+            .map_err(|e| crate::memory::check_capacity(task).err().unwrap_or(e))?;
+        // The same tiers as the last try: the same refusal.
+        if tried.as_ref() == Some(&tiered.tables) {
+            continue;
+        }
+        tried = Some(tiered.tables.clone());
+        crate::memory::check_capacity(&tiered)?;
+        match planner.plan(&tiered, ctx) {
+            Ok(plan) => return Ok((tiered, plan)),
+            // With tiers to choose, a refusal lowers the fill target (more tables leave HBM).
+            Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) if mode == crate::tier::TierMode::Auto => {
+                last = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::NoPlan { planner: planner.name().into(), reason: "no fill target left".into() }))
+}

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::SearchStats;
-use crate::cost::incremental::{add_into, to_fixed};
+use crate::cost::incremental::{FIXED_SCALE, add_into, to_fixed};
 use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef, bottleneck, device_times};
 use crate::error::{Error, Result};
 use crate::task::Task;
@@ -67,6 +67,8 @@ pub(crate) struct PieceInfo {
     pub bytes: u64,
     /// Weights plus optimizer state (rankings and tie-breaks of pieces, as in the seeds).
     pub size_bytes: u64,
+    /// Its cache misses per step in fixed point (`crate::tier`; 0 for a piece of a table in HBM).
+    pub miss: i64,
 }
 
 /// The pieces on one device: sorted ids, their vector sum (incremental models), bytes under the
@@ -77,6 +79,8 @@ pub(crate) struct DeviceSet {
     pub sum: Vec<i64>,
     pub bytes: u128,
     pub dims: u64,
+    /// Its pieces' cache misses, fixed point.
+    pub miss: i64,
 }
 
 /// Prices sets and plans for one task under one model.
@@ -194,12 +198,16 @@ impl<'a> Evaluator<'a> {
                     self.vectors.push(to_fixed(&name, x)?);
                 }
             }
+            let link = crate::tier::host_link_bw(self.task);
+            let name = self.model.name();
             for &(t, dim, rows) in &new {
                 let id = self.pieces.len() as u32;
                 let table = &self.task.tables[t];
                 let bytes = self.task.block_bytes(table, rows, dim)?;
                 let size_bytes = table.block_bytes(rows, dim);
-                self.pieces.push(PieceInfo { table: t, dim, rows, bytes, size_bytes });
+                let miss_ms = crate::tier::set_miss_ms(&[PieceRef { table, dim, rows }], self.model, link)?;
+                let miss = to_fixed(&name, miss_ms)?;
+                self.pieces.push(PieceInfo { table: t, dim, rows, bytes, size_bytes, miss });
                 self.index.insert((t, dim, rows), id);
                 self.stats.pieces += 1;
             }
@@ -214,7 +222,7 @@ impl<'a> Evaluator<'a> {
 
     /// An empty device set.
     pub fn empty_set(&self) -> DeviceSet {
-        DeviceSet { ids: Vec::new(), sum: vec![0; self.width], bytes: 0, dims: 0 }
+        DeviceSet { ids: Vec::new(), sum: vec![0; self.width], bytes: 0, dims: 0, miss: 0 }
     }
 
     /// Adds piece `id` to `set`.
@@ -227,6 +235,7 @@ impl<'a> Evaluator<'a> {
         let p = &self.pieces[id as usize];
         set.bytes += u128::from(p.bytes);
         set.dims += u64::from(p.dim);
+        set.miss += p.miss;
     }
 
     /// Removes one piece `id` from `set` (no-op if absent).
@@ -239,6 +248,7 @@ impl<'a> Evaluator<'a> {
             let p = &self.pieces[id as usize];
             set.bytes -= u128::from(p.bytes);
             set.dims -= u64::from(p.dim);
+            set.miss -= p.miss;
         }
     }
 
@@ -251,19 +261,21 @@ impl<'a> Evaluator<'a> {
             return Ok(c);
         }
         self.stats.set_cache_misses += 1;
-        let c = if let Some(inc) = self.inc {
-            inc.head_ms(&self.sum)
-        } else {
-            let refs: Vec<PieceRef<'_>> = self
-                .key
-                .iter()
-                .map(|&id| {
-                    let p = &self.pieces[id as usize];
-                    PieceRef { table: &self.task.tables[p.table], dim: p.dim, rows: p.rows }
-                })
-                .collect();
-            self.model.compute_ms(&refs)?
-        };
+        let miss = self.key.iter().map(|&id| self.pieces[id as usize].miss).sum::<i64>() as f64 / FIXED_SCALE;
+        let c = miss
+            + if let Some(inc) = self.inc {
+                inc.head_ms(&self.sum)
+            } else {
+                let refs: Vec<PieceRef<'_>> = self
+                    .key
+                    .iter()
+                    .map(|&id| {
+                        let p = &self.pieces[id as usize];
+                        PieceRef { table: &self.task.tables[p.table], dim: p.dim, rows: p.rows }
+                    })
+                    .collect();
+                self.model.compute_ms(&refs)?
+            };
         if self.use_cache {
             self.set_cache.insert(self.key.clone(), c);
         }
@@ -273,7 +285,7 @@ impl<'a> Evaluator<'a> {
     /// Compute of `set`.
     pub fn set_cost(&mut self, set: &DeviceSet) -> Result<f64> {
         if let (Some(inc), false) = (self.inc, self.use_cache) {
-            return Ok(inc.head_ms(&set.sum));
+            return Ok(inc.head_ms(&set.sum) + set.miss as f64 / FIXED_SCALE);
         }
         self.key.clear();
         self.key.extend_from_slice(&set.ids);
@@ -287,7 +299,8 @@ impl<'a> Evaluator<'a> {
     pub fn set_cost_with(&mut self, set: &DeviceSet, extra: u32) -> Result<f64> {
         if let (Some(inc), false) = (self.inc, self.use_cache) {
             let i = extra as usize * self.width;
-            return Ok(inc.head_ms_with(&set.sum, &self.vectors[i..i + self.width], &mut self.sum));
+            let miss = (set.miss + self.pieces[extra as usize].miss) as f64 / FIXED_SCALE;
+            return Ok(inc.head_ms_with(&set.sum, &self.vectors[i..i + self.width], &mut self.sum) + miss);
         }
         self.key.clear();
         let pos = set.ids.partition_point(|&x| x <= extra);

@@ -61,6 +61,8 @@ use crate::task::Task;
 pub const BATCH_SIZE: u64 = crate::memory::DEFAULT_BATCH_PER_RANK;
 /// TorchRec `HBM_MEM_BW`: 897 GiB/s, in bytes per ms (the fused kernel's device bandwidth).
 pub const HBM_MEM_BW: f64 = 897.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
+/// TorchRec `HBM_TO_DDR_MEM_BW`: 32 GiB/s, in bytes per ms (the device–host link of UVM kernels).
+pub const HBM_TO_DDR_MEM_BW: f64 = 32.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
 /// TorchRec `INTRA_NODE_BANDWIDTH`: 600 GiB/s, in bytes per ms.
 pub const INTRA_NODE_BANDWIDTH: f64 = 600.0 * 1024.0 * 1024.0 * 1024.0 / 1000.0;
 /// TorchRec `CROSS_NODE_BANDWIDTH`: 12.5 GiB/s, in bytes per ms.
@@ -329,11 +331,19 @@ struct TableInputs {
     batch_inputs: f64,
     batch_outputs: f64,
     elem: u64,
+    /// The compute kernel's bandwidth (`kernel_bw_lookup`), bytes per ms.
+    kernel_bw: f64,
 }
 
-fn table_inputs(t: &TableSpec, memory: &TorchRecMemory) -> TableInputs {
+fn table_inputs(t: &TableSpec, memory: &TorchRecMemory, cfg: &TorchRecConfig) -> TableInputs {
     let (batch_inputs, batch_outputs) = memory.batch_lookups(t);
-    TableInputs { batch_inputs, batch_outputs, elem: t.dtype.bytes() }
+    // `fused` reads HBM; `fused_uvm_caching` with caching ratio `clf`:
+    // `(clf · HBM_MEM_BW + (1 − clf) · HBM_TO_DDR_MEM_BW) / 10`.
+    let kernel_bw = match t.cache_load_factor {
+        None => cfg.hbm_mem_bw,
+        Some(clf) => (clf * cfg.hbm_mem_bw + (1.0 - clf) * HBM_TO_DDR_MEM_BW) / 10.0,
+    };
+    TableInputs { batch_inputs, batch_outputs, elem: t.dtype.bytes(), kernel_bw }
 }
 
 fn block_usage_penalty(dim: u64) -> f64 {
@@ -365,13 +375,13 @@ fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64
             let input_read = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64;
             let lookup = x.batch_inputs * w * cols.max(u64::from(MIN_LOOKUP_DIM)) as f64 * e;
             let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
-            (size * block_usage_penalty(cols) / cfg.hbm_mem_bw, out / comms_bw)
+            (size * block_usage_penalty(cols) / x.kernel_bw, out / comms_bw)
         }
         ShardingType::RowWise => {
             let input_read = ceil_u64(x.batch_inputs / w * w * BIGINT_DTYPE as f64) as f64;
             let lookup = x.batch_inputs / w * w * d * e;
             let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
-            (size * 1.0 / cfg.hbm_mem_bw, out / comms_bw + out * BATCHED_COPY_PERF_FACTOR / cfg.hbm_mem_bw)
+            (size * 1.0 / x.kernel_bw, out / comms_bw + out * BATCHED_COPY_PERF_FACTOR / x.kernel_bw)
         }
     };
     Perf {
@@ -443,7 +453,7 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
     types.dedup();
     let mut out = Vec::with_capacity(task.tables.len());
     for (table_id, t) in task.tables.iter().enumerate() {
-        let x = table_inputs(t, &cfg.memory);
+        let x = table_inputs(t, &cfg.memory, cfg);
         let mut options = Vec::with_capacity(types.len());
         for &st in &types {
             let geometry: Vec<([u64; 2], [u64; 2])> = match st {
@@ -767,7 +777,7 @@ pub fn price_plan(task: &Task, plan: &Plan, cfg: &TorchRecConfig) -> Result<Torc
     let mut rank_ms = vec![0.0f64; world];
     for group in plan.table_groups() {
         let t = &task.tables[group[0].table_id];
-        let x = table_inputs(t, &cfg.memory);
+        let x = table_inputs(t, &cfg.memory, &cfg);
         if group[0].rows.is_some() {
             let perf = shard_perf(&cfg, ShardingType::RowWise, &x, u64::from(t.dim), world, local).total();
             for r in &mut rank_ms {

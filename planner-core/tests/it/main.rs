@@ -17,6 +17,7 @@ mod memory;
 mod native_graphs;
 mod neuroshard;
 mod readme;
+mod tiers;
 mod topology;
 mod torchrec_golden;
 mod weights_rule;

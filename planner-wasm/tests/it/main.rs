@@ -35,6 +35,7 @@ fn native() -> Value {
             memory: planner_core::MemoryRule::torchrec(),
             budget_ms: None,
             topology: None,
+            tiers: "auto".into(),
         };
         let out = api::plan(&req, || 0.0).unwrap();
         plans.push(json!({

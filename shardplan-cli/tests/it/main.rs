@@ -96,7 +96,14 @@ fn bad_inputs_name_field_and_value_and_lose_nothing() {
         (vec!["--tables".into(), neg_rows.display().to_string()], vec!["`rows`", "-3"]),
         (vec!["--tables".into(), bad_dim.display().to_string()], vec!["`dim` = 6", "multiple of 4"]),
         (
-            vec!["--tables".into(), huge.display().to_string(), "--algo".into(), "size".into()],
+            vec![
+                "--tables".into(),
+                huge.display().to_string(),
+                "--algo".into(),
+                "size".into(),
+                "--tiers".into(),
+                "hbm".into(),
+            ],
             vec!["the 1 table needs at least 47.68 GiB (51,200,000,000 bytes)", "usable in total"],
         ),
         (vec!["--algo".into(), "magic".into()], vec!["unknown planner `magic`", "size-lookup"]),
@@ -343,11 +350,11 @@ fn memory_rule_flags_decide_what_fits_and_are_printed() {
     assert_eq!(doc.report.memory_rule, planner_core::MemoryRule::Weights);
     let d = &doc.report.devices[0];
     assert_eq!((d.bytes, d.memory.usable_bytes, d.memory.buffer_bytes), (7_340_032 * 128 * 4, 4 << 30, 0));
-    // The default rule is TorchRec's: its reservation leaves too little for the same table, and the
-    // refusal says so with both totals.
+    // The default rule is TorchRec's: its reservation leaves too little HBM for the same table, and the
+    // refusal says so with both totals (HBM only; with tiers the table moves to host memory).
     check_fails(
         bin()
-            .args(["plan", "--algo", "size", "--devices", "1", "--mem", "4GiB", "--tables"])
+            .args(["plan", "--algo", "size", "--devices", "1", "--mem", "4GiB", "--tiers", "hbm", "--tables"])
             .arg(&tables)
             .arg("--out")
             .arg(dir.join("t.json.out")),
@@ -795,4 +802,37 @@ fn hosts_are_planned_priced_exported_and_refused_by_name() {
         .arg("--out")
         .arg(dir.join("x.json")));
     assert!(o.status.success() && text.contains("2 hosts × 4 devices, network 10.000 GB/s"), "{text}");
+}
+
+#[test]
+fn tables_too_big_for_hbm_go_to_host_memory_behind_caches() {
+    let dir = scratch("tiers");
+    let out = dir.join("p.json");
+    let big = ["plan", "--sample", "48", "--max-dim", "128", "--devices", "4", "--mem", "2GiB", "--seed", "11"];
+    let (o, text) = run(bin().args(big).arg("--out").arg(&out));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Tiers: ") && text.contains("in host memory behind HBM caches"), "{text}");
+    assert!(text.contains("host DRAM") && text.contains("cache state"), "{text}");
+    let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(doc.report.feasible);
+    assert!(doc.task.tables.iter().any(|t| t.cache_load_factor.is_some()));
+    // The document prices the same again (the tiers travel with its task).
+    let (o, text) = run(bin().args(["evaluate", "--out"]).arg(dir.join("e.json")).arg(&out));
+    assert!(o.status.success(), "{text}");
+    let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("e.json")).unwrap()).unwrap();
+    assert_eq!(e[0]["report"]["cost_ms"].as_f64().unwrap(), doc.report.cost_ms);
+    // HBM only: refused with the capacity message; too little host memory: refused naming it.
+    check_fails(bin().args(big).args(["--tiers", "hbm", "--out"]).arg(dir.join("x.json")), &["usable in total"]);
+    check_fails(
+        bin().args(big).args(["--host-dram", "8GiB", "--out"]).arg(dir.join("x.json")),
+        &["host DRAM", "8.00 GiB in total"],
+    );
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"[{"name": "a", "rows": 1000, "dim": 8, "pooling_factor": 1, "cache_load_factor": 1.5}]"#)
+        .unwrap();
+    check_fails(
+        bin().args(["plan", "--tables"]).arg(&bad).arg("--out").arg(dir.join("x.json")),
+        &["cache_load_factor", "1.5"],
+    );
+    assert!(!dir.join("x.json").exists());
 }
