@@ -373,12 +373,18 @@ function renderPlan(message) {
       ? `of ${rep.devices.length}; held up by ${rep.bottleneck_link.part} (network ${ms(rep.bottleneck_link.network_ms)} ms)`
       : `of ${rep.devices.length}`, 'bottleneck'),
     kpi('Fits memory', rep.feasible ? 'yes' : 'no', rep.feasible ? '' : rep.violations.join('; '), 'feasible'),
-    kpi('Plan', doc.planner, `${doc.pieces.length} pieces · ${rep.cost_model} · ${rep.definition}`, 'planner'),
+    kpi('Plan', doc.planner, `${doc.pieces.length} pieces · ${rep.cost_model} · ${rep.definition}${cachedNote(doc)}`, 'planner'),
   );
   renderTimeline(doc);
   renderBoard(doc);
   renderPieces(doc);
   renderSelection(doc);
+}
+
+// Tables the plan keeps in host memory, behind HBM caches or not (chosen when the tables overflow HBM).
+function cachedNote(doc) {
+  const n = doc.task.tables.filter((t) => t.cache_load_factor != null || t.compute_kernel === 'fused_uvm').length;
+  return n ? ` · ${n} of ${doc.task.tables.length} tables in host memory` : '';
 }
 
 function kpi(label, value, note, id, cls = '') {
@@ -444,7 +450,7 @@ function renderBoard(doc) {
       'aria-valuemin': 0, 'aria-valuemax': d.mem_cap_bytes, 'aria-valuenow': d.bytes,
       'aria-valuetext': `${bytes(d.bytes)} of ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%)` },
     el('div', { style: `width: ${Math.min(100, pct).toFixed(2)}%` })),
-    el('div', { class: `memtext${over ? ' over' : ''}` }, `${bytes(d.bytes)} / ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%${usableNote})${over ? ' — over the usable memory' : ''}`),
+    el('div', { class: `memtext${over ? ' over' : ''}` }, `${bytes(d.bytes)} / ${bytes(d.mem_cap_bytes)} (${pct.toFixed(1)}%${usableNote})${over ? ' — over the usable memory' : ''}${m?.host_bytes ? ` · host DRAM ${bytes(m.host_bytes)} (cached tables)` : ''}`),
     el('div', { class: 'chips' }, ...byDevice[d.device].map((p) => el('button', {
       type: 'button', class: `chip${state.selected === key(p) ? ' selected' : ''}`, draggable: 'true', 'data-piece': key(p),
       'aria-pressed': state.selected === key(p) ? 'true' : 'false',

@@ -150,6 +150,7 @@ pub fn torchrec_plan(data: &[u8]) {
                 dtype: ElementType::Fp32,
                 optimizer: OptimizerState::None,
                 cache_load_factor: None,
+                compute_kernel: None,
             }
             .validate(i)
             .ok()

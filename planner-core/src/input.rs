@@ -165,6 +165,13 @@ pub struct TorchRecTableInput {
     /// TorchRec `DataType` name: `FP32` (default), `FP16` or `INT8`.
     #[serde(default)]
     pub data_type: Option<String>,
+    /// The compute kernel a `ParameterConstraints` fixes (`fused`, `fused_uvm_caching`, `fused_uvm`);
+    /// absent: the planner chooses.
+    #[serde(default)]
+    pub compute_kernel: Option<String>,
+    /// `CacheParams.load_factor` of a `fused_uvm_caching` table.
+    #[serde(default)]
+    pub cache_load_factor: Option<f64>,
 }
 
 impl TorchRecTableInput {
@@ -184,6 +191,7 @@ impl TorchRecTableInput {
             Some(d) => ElementType::parse(&context, "data_type", d)?,
         };
         let bins = bins_from_slice(&context, None, self.pooling_factor)?;
+        let tier = crate::table::Tier::from_fields(&context, self.compute_kernel.as_deref(), self.cache_load_factor)?;
         TableSpec::new(
             &context,
             self.name,
@@ -208,6 +216,7 @@ impl TorchRecTableInput {
             },
             e => e,
         })
+        .map(|t| t.with_tier(tier))
     }
 }
 

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::table::{OptimizerState, TableSpec};
+use crate::table::{OptimizerState, TableSpec, Tier};
 use crate::task::{Devices, Task};
 use crate::units::{format_bytes, format_bytes_exact};
 
@@ -152,7 +152,8 @@ impl TorchRecMemory {
     }
 
     /// The storage of one shard of `rows × cols` of `table` laid out as `layout` in a world of `world`
-    /// devices (`calculate_shard_storages` for training with the fused kernel, no pipeline).
+    /// devices (`calculate_shard_storages` for training, no pipeline), with the compute kernel of the
+    /// table's tier: `fused` (HBM), `fused_uvm_caching` or `fused_uvm` (weights in host DRAM).
     pub fn shard(&self, table: &TableSpec, layout: Layout, rows: u64, cols: u64, world: usize) -> Result<PieceMemory> {
         let context = || format!("a {rows} x {cols} shard of table `{}`", table.name);
         let (bi, bo) = self.batch_lookups(table);
@@ -172,42 +173,148 @@ impl TorchRecMemory {
             |t: u64| if multiplier == 0.0 { Ok(0) } else { ceil_bytes(&context(), t as f64 * multiplier) };
         let (input_bytes, output_bytes) = match layout {
             // An empty row-wise shard (more ranks than rows) reads and writes nothing.
-            Layout::Rows if rows == 0 || cols == 0 => (0, 0),
+            Layout::Rows | Layout::HostRows(_) if rows == 0 || cols == 0 => (0, 0),
             _ => {
                 let input = match layout {
                     Layout::Columns => bi * w * INDEX_BYTES as f64,
                     Layout::Rows => bi / w * w * INDEX_BYTES as f64,
+                    Layout::HostRows(local) => bi / local as f64 * w * INDEX_BYTES as f64,
                 };
                 (ceil_bytes(&context(), input)?, ceil_bytes(&context(), bo * w * cols as f64 * elem as f64)?)
             }
         };
-        let Some(clf) = table.cache_load_factor else {
-            let optimizer_bytes = optimizer_of(tensor_bytes)?;
-            return Ok(PieceMemory {
-                weights_bytes: tensor_bytes,
-                optimizer_bytes,
-                input_bytes,
-                output_bytes,
-                ..PieceMemory::default()
-            });
+        let in_hbm = PieceMemory { input_bytes, output_bytes, ..PieceMemory::default() };
+        // `_calculate_tensor_sizes` of a storage the whole table would take, for this shard:
+        // `ceil(storage · rows · cols / (table rows · dim))` in Python's arithmetic.
+        let shard_of = |storage: u128| {
+            python_ceil_div(
+                storage * u128::from(rows) * u128::from(cols),
+                u128::from(table.rows) * u128::from(table.dim),
+            )
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| Error::ByteOverflow { context: context(), value_bytes: format!("{storage} (whole table)") })
         };
-        // `fused_uvm_caching` (`calculate_shard_storages`): the weights and optimizer state live in host
-        // DRAM; HBM holds `round(table bytes · clf)` shared out by the shard's share of the table, its
-        // optimizer state, and the cache's auxiliary state, `rows · (4 + 16 · clf)` bytes.
         let whole = u128::from(elem) * u128::from(table.rows) * u128::from(table.dim);
-        let share = (rows as f64 * cols as f64) / (table.rows as f64 * f64::from(table.dim));
-        let hbm_storage = (whole as f64 * clf).round();
-        let weights_bytes = ceil_bytes(&context(), hbm_storage * share)?;
-        let host_weights = ceil_bytes(&context(), whole as f64 * share)?;
-        Ok(PieceMemory {
-            weights_bytes,
-            optimizer_bytes: optimizer_of(weights_bytes)?,
-            input_bytes,
-            output_bytes,
-            cache_state_bytes: ceil_bytes(&context(), rows as f64 * (4.0 + clf * 16.0))?,
-            host_bytes: host_weights.saturating_add(optimizer_of(host_weights)?),
-        })
+        match table.tier {
+            Tier::Hbm => {
+                Ok(PieceMemory { weights_bytes: tensor_bytes, optimizer_bytes: optimizer_of(tensor_bytes)?, ..in_hbm })
+            }
+            // `fused_uvm`: the weights and optimizer state live in host DRAM; HBM holds the buffers only.
+            Tier::Host => {
+                let host = shard_of(whole)?;
+                Ok(PieceMemory { host_bytes: host.saturating_add(optimizer_of(host)?), ..in_hbm })
+            }
+            // `fused_uvm_caching`: the weights and optimizer state live in host DRAM; HBM holds
+            // `round(table bytes · clf)` (Python's round, half to even) shared out by the shard's share
+            // of the table, its optimizer state, and the cache's auxiliary state, `rows · (4 + 16 · clf)`.
+            Tier::Cached(clf) => {
+                let hbm_storage = (whole as f64 * clf).round_ties_even();
+                let weights_bytes = shard_of(hbm_storage as u128)?;
+                let host = shard_of(whole)?;
+                Ok(PieceMemory {
+                    weights_bytes,
+                    optimizer_bytes: optimizer_of(weights_bytes)?,
+                    cache_state_bytes: ceil_bytes(&context(), rows as f64 * (4.0 + clf * 16.0))?,
+                    host_bytes: host.saturating_add(optimizer_of(host)?),
+                    ..in_hbm
+                })
+            }
+        }
     }
+}
+
+/// How TorchRec lays out one table's pieces (a plan's table group, sorted), as its estimators tell
+/// shards apart: column pieces or the whole table are [`Layout::Columns`]; row pieces are
+/// [`Layout::Rows`] (row-wise) — or [`Layout::HostRows`] (table-row-wise) when the task has several hosts
+/// and the pieces lie on one host's ranks in rank order, past host 0 or cut as TorchRec cuts a table over
+/// one host. The TorchRec export, TorchRec's pricing of a plan and [`plan_usage`] all read a plan this way.
+#[must_use]
+pub fn group_layout(task: &Task, group: &[crate::plan::Piece]) -> Layout {
+    let Some(first) = group.first().filter(|p| p.rows.is_some()) else { return Layout::Columns };
+    let world = task.devices.count();
+    let local = task.devices_per_host().max(1);
+    let host = first.device / local;
+    let on_one_host =
+        world > local && group.len() <= local && group.iter().enumerate().all(|(k, p)| p.device == host * local + k);
+    if on_one_host {
+        let rows = task.tables.get(first.table_id).map_or(0, |t| t.rows);
+        let sizes: Vec<u64> = group.iter().map(|p| p.row_count(rows)).collect();
+        let mut host_split = row_split(rows, &vec![1; local]);
+        host_split.retain(|&r| r > 0);
+        if host > 0 || sizes == host_split {
+            return Layout::HostRows(local);
+        }
+    }
+    Layout::Rows
+}
+
+/// TorchRec's row counts per rank (`_calculate_rw_shard_sizes_and_offsets`: `ceil(rows / n)` each, the
+/// remainder on the last non-empty rank), or in proportion to the HBM caps when they differ (the
+/// uneven variant TorchRec uses with a custom topology).
+#[must_use]
+pub fn row_split(rows: u64, caps: &[u64]) -> Vec<u64> {
+    let n = caps.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    if caps.iter().all(|&c| c == caps[0]) {
+        let block = (rows as f64 / n as f64).ceil() as u64;
+        if block == 0 {
+            return vec![0; n];
+        }
+        let last_rank = rows / block;
+        let last_block = rows - block * last_rank;
+        (0..n as u64)
+            .map(|r| match r.cmp(&last_rank) {
+                std::cmp::Ordering::Less => block,
+                std::cmp::Ordering::Equal => last_block,
+                std::cmp::Ordering::Greater => 0,
+            })
+            .collect()
+    } else {
+        let total: u128 = caps.iter().map(|&c| u128::from(c)).sum();
+        let mut done = 0;
+        let mut out: Vec<u64> = caps[..n - 1]
+            .iter()
+            .map(|&c| {
+                let r = (rows as f64 * (c as f64 / total as f64)) as u64;
+                done += r;
+                r
+            })
+            .collect();
+        out.push(rows.saturating_sub(done));
+        out
+    }
+}
+
+/// `math.ceil(num / den)` as Python computes it for integers: the quotient correctly rounded to a
+/// double, then its ceiling. It differs from the exact ceiling when the quotient is a hair above an
+/// integer, which TorchRec's storage estimate then rounds away. `None` when `den` is 0 or the result
+/// passes 2^53 (where no byte count of a real table lies).
+#[must_use]
+pub fn python_ceil_div(num: u128, den: u128) -> Option<u128> {
+    if den == 0 {
+        return None;
+    }
+    let (q, r) = (num / den, num % den);
+    if q >= 1 << 53 {
+        return None;
+    }
+    if r == 0 {
+        return Some(q);
+    }
+    if q == 0 {
+        return Some(1);
+    }
+    // q has `b` ≤ 53 bits; doubles next to it are 2^(b−53) apart, so q + r/den rounds to q when r/den
+    // is below half that spacing, 2^(b−54) (a tie goes to the even one: q, unless b = 53 and q is odd).
+    let b = 128 - q.leading_zeros();
+    let scaled = r << (54 - b);
+    Some(match scaled.cmp(&den) {
+        std::cmp::Ordering::Less => q,
+        std::cmp::Ordering::Equal if b < 53 || q % 2 == 0 => q,
+        _ => q + 1,
+    })
 }
 
 impl<'de> Deserialize<'de> for TorchRecMemory {
@@ -244,6 +351,9 @@ pub enum Layout {
     Columns,
     /// A range of rows of all columns (row-wise shard).
     Rows,
+    /// A range of rows of all columns, the table split over the `usize` devices of one host
+    /// (TorchRec's table-row-wise shard: each reads the lookups of its host's share of the batch).
+    HostRows(usize),
 }
 
 /// How device memory is counted: what a piece costs and how much of a cap pieces may use.
@@ -340,6 +450,20 @@ impl MemoryRule {
     /// The memory of a piece of `rows` rows and `dim` columns of `table` in a world of `world` devices
     /// (a piece with fewer rows than its table is a row-range piece).
     pub fn piece(&self, table: &TableSpec, rows: u64, dim: u32, world: usize) -> Result<PieceMemory> {
+        let layout = if rows < table.rows { Layout::Rows } else { Layout::Columns };
+        self.piece_in(table, layout, rows, dim, world)
+    }
+
+    /// [`MemoryRule::piece`] for a piece laid out as `layout` (what [`group_layout`] says of its table's
+    /// pieces; the weights rule counts every layout alike).
+    pub fn piece_in(
+        &self,
+        table: &TableSpec,
+        layout: Layout,
+        rows: u64,
+        dim: u32,
+        world: usize,
+    ) -> Result<PieceMemory> {
         if rows > table.rows {
             return Err(Error::field(
                 format!("a piece of table `{}`", table.name),
@@ -361,11 +485,12 @@ impl MemoryRule {
             Self::Weights => {
                 let weights = rows * u64::from(dim) * table.dtype.bytes();
                 let optimizer = table.optimizer.state_bytes(rows, dim);
-                Ok(match table.cache_load_factor {
+                Ok(match table.tier.hbm_row_share() {
                     None => {
                         PieceMemory { weights_bytes: weights, optimizer_bytes: optimizer, ..PieceMemory::default() }
                     }
-                    // In host DRAM; the HBM cache holds `clf` of the weights and their optimizer state.
+                    // In host DRAM; the HBM cache (if any) holds `clf` of the weights and their optimizer
+                    // state.
                     Some(clf) => PieceMemory {
                         weights_bytes: (weights as f64 * clf).ceil() as u64,
                         optimizer_bytes: (optimizer as f64 * clf).ceil() as u64,
@@ -374,10 +499,7 @@ impl MemoryRule {
                     },
                 })
             }
-            Self::TorchRec(m) => {
-                let layout = if rows < table.rows { Layout::Rows } else { Layout::Columns };
-                m.shard(table, layout, rows, u64::from(dim), world)
-            }
+            Self::TorchRec(m) => m.shard(table, layout, rows, u64::from(dim), world),
         }
     }
 
@@ -597,28 +719,37 @@ pub fn host_violations(task: &Task, host_bytes: &[u64]) -> Vec<String> {
 pub fn plan_usage(task: &Task, plan: &Plan) -> Result<Vec<(DeviceMemory, DeviceMemoryReport)>> {
     let devices = task.device_memory()?;
     let mut sums = vec![[0u128; 5]; devices.len()];
-    for p in plan.pieces() {
-        let table = task.tables.get(p.table_id).ok_or_else(|| {
-            Error::InvalidPlan(format!(
-                "piece names table_id {} but the task has {} tables",
-                p.table_id,
-                task.tables.len()
-            ))
-        })?;
-        let m = task.block_memory(table, p.row_count(table.rows), p.dim)?;
-        let Some(s) = sums.get_mut(p.device) else {
-            return Err(Error::InvalidPlan(format!(
-                "a piece of table `{}` is on device {} but the task has {} devices",
-                table.name,
-                p.device,
-                devices.len()
-            )));
-        };
-        s[0] += u128::from(m.weights_bytes);
-        s[1] += u128::from(m.optimizer_bytes);
-        s[2] += m.buffer_bytes();
-        s[3] += u128::from(m.cache_state_bytes);
-        s[4] += u128::from(m.host_bytes);
+    for group in plan.table_groups() {
+        // Row pieces count as TorchRec lays them out (row-wise, or table-row-wise on one host), even a
+        // single range holding every row (TorchRec's row split of a table with fewer rows than ranks).
+        let layout = group_layout(task, group);
+        for p in group {
+            let table = task.tables.get(p.table_id).ok_or_else(|| {
+                Error::InvalidPlan(format!(
+                    "piece names table_id {} but the task has {} tables",
+                    p.table_id,
+                    task.tables.len()
+                ))
+            })?;
+            let rows = p.row_count(table.rows);
+            let m = match layout {
+                Layout::Columns => task.block_memory(table, rows, p.dim)?,
+                _ => task.memory.piece_in(table, layout, rows, p.dim, task.devices.count())?,
+            };
+            let Some(s) = sums.get_mut(p.device) else {
+                return Err(Error::InvalidPlan(format!(
+                    "a piece of table `{}` is on device {} but the task has {} devices",
+                    table.name,
+                    p.device,
+                    devices.len()
+                )));
+            };
+            s[0] += u128::from(m.weights_bytes);
+            s[1] += u128::from(m.optimizer_bytes);
+            s[2] += m.buffer_bytes();
+            s[3] += u128::from(m.cache_state_bytes);
+            s[4] += u128::from(m.host_bytes);
+        }
     }
     devices
         .into_iter()
@@ -724,6 +855,28 @@ pub fn check_capacity(task: &Task) -> Result<()> {
     })
 }
 
+/// [`check_capacity`] of `tiered`, the task `original` after tables moved to host memory: when the
+/// moved tables overflow the hosts' DRAM and the original task overflows HBM, the refusal is the HBM one
+/// (what the task needs and what would hold it) with the host DRAM it would take in host memory.
+pub fn check_tiered_capacity(original: &Task, tiered: &Task) -> Result<()> {
+    match check_capacity(tiered) {
+        Err(Error::HostMemoryTooSmall { need: host_need, hosts, have }) => match check_capacity(original) {
+            Err(Error::TaskTooLarge { tables, need, devices, usable, hint }) => Err(Error::TaskTooLarge {
+                tables,
+                need,
+                devices,
+                usable,
+                hint: format!(
+                    "{hint}; kept in host memory, they would need {host_need} of host DRAM, more than the {have} of {} (--host-dram)",
+                    if hosts == 1 { "the 1 host".to_string() } else { format!("the {hosts} hosts") }
+                ),
+            }),
+            _ => Err(Error::HostMemoryTooSmall { need: host_need, hosts, have }),
+        },
+        other => other,
+    }
+}
+
 /// "at least N devices of this size" for a task that needs `need` bytes, or nothing when devices of this
 /// size cannot hold it at any count we plan for.
 fn suggest_devices(need: u64, memory: &[DeviceMemory]) -> String {
@@ -785,6 +938,24 @@ mod tests {
         for n in needles {
             assert!(e.contains(n), "`{e}` lacks `{n}`");
         }
+    }
+
+    #[test]
+    fn python_division_rounds_the_quotient_before_its_ceiling() {
+        // Exact quotients, and ceilings of ordinary ones.
+        assert_eq!(python_ceil_div(12, 4), Some(3));
+        assert_eq!(python_ceil_div(13, 4), Some(4));
+        assert_eq!(python_ceil_div(1, 3), Some(1));
+        assert_eq!(python_ceil_div(5, 0), None);
+        // 2^40 + 1/2^20: within half a double's spacing (2^-13) of 2^40, so Python's `ceil(num / den)`
+        // is 2^40, where the exact ceiling is 2^40 + 1.
+        let den: u128 = 1 << 20;
+        let num = (1u128 << 60) + 1;
+        assert_eq!(python_ceil_div(num, den), Some(1 << 40));
+        assert_eq!(((num as f64) / (den as f64)).ceil(), (1u64 << 40) as f64);
+        // Just over half the spacing: rounded up.
+        let num = (1u128 << 60) + (1 << 8);
+        assert_eq!(python_ceil_div(num, den), Some((1 << 40) + 1));
     }
 
     #[test]

@@ -240,14 +240,19 @@ impl Plan {
 }
 
 /// One table's pieces (a valid split, sorted) against TorchRec's layouts: column pieces of one width, row
-/// pieces on ranks 0, 1, … in row order.
+/// pieces on ranks 0, 1, … in row order (row-wise), or on the ranks of one host in rank order
+/// (table-row-wise, with several hosts).
 fn check_torchrec_group(task: &Task, group: &[Piece]) -> Result<()> {
     let table = &task.tables[group[0].table_id];
     if group[0].rows.is_some() {
         let devices: Vec<usize> = group.iter().map(|p| p.device).collect();
-        if devices.iter().enumerate().any(|(k, &d)| d != k) {
+        let local = task.devices_per_host().max(1);
+        let base = devices[0] - devices[0] % local;
+        let in_rank_order = |from: usize| devices.iter().enumerate().all(|(k, &d)| d == from + k);
+        let one_host = local < task.devices.count() && devices.len() <= local && in_rank_order(base);
+        if !in_rank_order(0) && !one_host {
             return Err(Error::InvalidPlan(format!(
-                "table `{}` has row-wise pieces on devices {devices:?} in row order: TorchRec's row-wise layout is one range per rank in rank order (rows of rank 0, then rank 1, ...)",
+                "table `{}` has row-wise pieces on devices {devices:?} in row order: TorchRec's row-wise layout is one range per rank in rank order (rows of rank 0, then rank 1, ...), and its table-row-wise layout the same on the ranks of one host",
                 table.name
             )));
         }

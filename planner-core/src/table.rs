@@ -80,10 +80,90 @@ impl OptimizerState {
     }
 }
 
+/// Where a table's weights live: TorchRec's compute kernels for an embedding-bag table (`crate::tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Tier {
+    /// In HBM (TorchRec's `fused` kernel).
+    #[default]
+    Hbm,
+    /// In host DRAM behind an HBM cache holding this share of its rows, in (0, 1] (`fused_uvm_caching`
+    /// with its `cache_load_factor`).
+    Cached(f64),
+    /// In host DRAM with no cache: every lookup crosses the device–host link (`fused_uvm`).
+    Host,
+}
+
+/// TorchRec's default cache share of a `fused_uvm_caching` table (`UVM_CACHING_RATIO`).
+pub const DEFAULT_CACHE_LOAD_FACTOR: f64 = 0.2;
+
+impl Tier {
+    /// TorchRec's compute kernel for it (`fused`, `fused_uvm_caching`, `fused_uvm`).
+    #[must_use]
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            Self::Hbm => "fused",
+            Self::Cached(_) => "fused_uvm_caching",
+            Self::Host => "fused_uvm",
+        }
+    }
+
+    /// The HBM cache's share of the rows (`None` in HBM and without a cache).
+    #[must_use]
+    pub fn cache_load_factor(self) -> Option<f64> {
+        match self {
+            Self::Cached(c) => Some(c),
+            Self::Hbm | Self::Host => None,
+        }
+    }
+
+    /// Share of the rows served from HBM: `None` for a table in HBM, the cache share when cached, 0 in
+    /// host memory without a cache.
+    #[must_use]
+    pub fn hbm_row_share(self) -> Option<f64> {
+        match self {
+            Self::Hbm => None,
+            Self::Cached(c) => Some(c),
+            Self::Host => Some(0.0),
+        }
+    }
+
+    /// Reads a table record's `compute_kernel` and `cache_load_factor` (`context` names the record):
+    /// `fused` or nothing is HBM (with no cache share), a cache share alone or `fused_uvm_caching` is
+    /// cached (at TorchRec's 0.2 when no share is given), `fused_uvm` takes no share.
+    pub fn from_fields(context: &str, kernel: Option<&str>, cache_load_factor: Option<f64>) -> Result<Self> {
+        if let Some(c) = cache_load_factor.filter(|c| !(c.is_finite() && *c > 0.0 && *c <= 1.0)) {
+            return Err(Error::field(
+                context,
+                "cache_load_factor",
+                c,
+                "a fraction in (0, 1] (the share of its rows the HBM cache holds)",
+            ));
+        }
+        match (kernel, cache_load_factor) {
+            (None | Some("fused"), None) => Ok(Self::Hbm),
+            (None | Some("fused_uvm_caching"), Some(c)) => Ok(Self::Cached(c)),
+            (Some("fused_uvm_caching"), None) => Ok(Self::Cached(DEFAULT_CACHE_LOAD_FACTOR)),
+            (Some("fused_uvm"), None) => Ok(Self::Host),
+            (Some(k @ ("fused" | "fused_uvm")), Some(c)) => Err(Error::field(
+                context,
+                "cache_load_factor",
+                c,
+                format!("absent with compute_kernel {k:?} (only fused_uvm_caching has an HBM cache)"),
+            )),
+            (Some(k), _) => Err(Error::field(
+                context,
+                "compute_kernel",
+                format!("{k:?}"),
+                "one of fused (HBM), fused_uvm_caching (host memory behind an HBM cache), fused_uvm (host memory)",
+            )),
+        }
+    }
+}
+
 /// A validated embedding table. Construct it with [`TableSpec::new`] (or deserialize a
 /// [`TableInput`] and call [`TableInput::validate`]); every instance satisfies the invariants
-/// checked there.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// checked there. It serializes as its [`TableInput`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct TableSpec {
     /// Unique name within a task.
     pub name: String,
@@ -99,12 +179,9 @@ pub struct TableSpec {
     pub dtype: ElementType,
     /// Optimizer state stored with the weights.
     pub optimizer: OptimizerState,
-    /// Where the table lives: absent = in HBM; a fraction in (0, 1] = in host DRAM (UVM) with an HBM
-    /// cache holding that share of its rows (TorchRec's `fused_uvm_caching` kernel and its
-    /// `cache_load_factor`; `crate::tier`). Set by the user, or by the tier choice when the tables do
+    /// Where the table lives (`crate::tier`): set by the user, or by the tier choice when the tables do
     /// not fit in HBM.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_load_factor: Option<f64>,
+    pub tier: Tier,
 }
 
 /// Largest accepted dimension: well above any real embedding table, small enough that sizes cannot
@@ -172,28 +249,33 @@ impl TableSpec {
                 "fractions summing to 1 (or all 0 for a table with no lookups), within 1e-3",
             ));
         }
-        Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer, cache_load_factor: None })
+        Ok(Self { name, rows, dim, pooling_factor, bins, dtype, optimizer, tier: Tier::Hbm })
     }
 
     /// The same table in host DRAM with an HBM cache of `cache_load_factor` of its rows (`None`: in HBM);
     /// a fraction outside (0, 1] is refused naming the table.
-    pub fn with_cache_load_factor(mut self, cache_load_factor: Option<f64>) -> Result<Self> {
-        if let Some(c) = cache_load_factor.filter(|c| !(c.is_finite() && *c > 0.0 && *c <= 1.0)) {
-            return Err(Error::field(
-                format!("table `{}`", shown_name(&self.name)),
-                "cache_load_factor",
-                c,
-                "a fraction in (0, 1] (the share of its rows the HBM cache holds)",
-            ));
-        }
-        self.cache_load_factor = cache_load_factor;
-        Ok(self)
+    pub fn with_cache_load_factor(self, cache_load_factor: Option<f64>) -> Result<Self> {
+        let tier = Tier::from_fields(&format!("table `{}`", shown_name(&self.name)), None, cache_load_factor)?;
+        Ok(self.with_tier(tier))
     }
 
-    /// Whether the table lives in host DRAM behind an HBM cache.
+    /// The same table in `tier` (a cache share is taken as valid: [`Tier::from_fields`] checks input).
     #[must_use]
-    pub fn is_cached(&self) -> bool {
-        self.cache_load_factor.is_some()
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.tier = tier;
+        self
+    }
+
+    /// The HBM cache's share of its rows (`None` in HBM, and in host memory without a cache).
+    #[must_use]
+    pub fn cache_load_factor(&self) -> Option<f64> {
+        self.tier.cache_load_factor()
+    }
+
+    /// Whether the table lives in host DRAM (behind an HBM cache or not).
+    #[must_use]
+    pub fn in_host_memory(&self) -> bool {
+        self.tier != Tier::Hbm
     }
 
     /// Bytes of one piece of this table with `dim` columns (all rows): weights plus optimizer state. A
@@ -240,9 +322,14 @@ pub struct TableInput {
     /// `none` (default), `rowwise_adagrad` or `adam`.
     #[serde(default)]
     pub optimizer: OptimizerState,
-    /// Host DRAM with an HBM cache of this share of the rows (absent: HBM).
+    /// Host DRAM with an HBM cache of this share of the rows (absent: HBM unless `compute_kernel` says
+    /// otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_load_factor: Option<f64>,
+    /// TorchRec's compute kernel: `fused` (HBM, the default), `fused_uvm_caching` (host memory behind an
+    /// HBM cache of `cache_load_factor`, 0.2 when absent), `fused_uvm` (host memory, no cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_kernel: Option<String>,
 }
 
 /// A table name as error messages show it: as written, or escaped (`\u{1b}`) when it holds control
@@ -258,8 +345,9 @@ impl TableInput {
         let name = self.name.unwrap_or_else(|| format!("t{index}"));
         let context = format!("table {index} (`{}`)", shown_name(&name));
         let bins = bins_from_slice(&context, self.bins.as_deref(), self.pooling_factor)?;
-        TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)?
-            .with_cache_load_factor(self.cache_load_factor)
+        let tier = Tier::from_fields(&context, self.compute_kernel.as_deref(), self.cache_load_factor)?;
+        Ok(TableSpec::new(&context, name, self.rows, self.dim, self.pooling_factor, bins, self.dtype, self.optimizer)?
+            .with_tier(tier))
     }
 }
 
@@ -273,8 +361,16 @@ impl From<&TableSpec> for TableInput {
             bins: Some(t.bins.to_vec()),
             dtype: t.dtype,
             optimizer: t.optimizer,
-            cache_load_factor: t.cache_load_factor,
+            cache_load_factor: t.tier.cache_load_factor(),
+            // A cache share says `fused_uvm_caching` by itself; `fused` is the default.
+            compute_kernel: (t.tier == Tier::Host).then(|| Tier::Host.kernel_name().to_string()),
         }
+    }
+}
+
+impl Serialize for TableSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        TableInput::from(self).serialize(s)
     }
 }
 
@@ -346,6 +442,33 @@ mod tests {
         ] {
             let msg = res.unwrap_err().to_string();
             assert!(msg.contains(&format!("`{field}`")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn tiers_are_read_from_the_kernel_and_the_cache_share() {
+        let read = |json: &str| serde_json::from_str::<TableInput>(json).unwrap().validate(0);
+        let base = r#""rows": 10, "dim": 4, "pooling_factor": 1"#;
+        assert_eq!(read(&format!("{{{base}}}")).unwrap().tier, Tier::Hbm);
+        assert_eq!(read(&format!(r#"{{{base}, "cache_load_factor": 0.3}}"#)).unwrap().tier, Tier::Cached(0.3));
+        assert_eq!(
+            read(&format!(r#"{{{base}, "compute_kernel": "fused_uvm_caching"}}"#)).unwrap().tier,
+            Tier::Cached(DEFAULT_CACHE_LOAD_FACTOR)
+        );
+        let host = read(&format!(r#"{{{base}, "compute_kernel": "fused_uvm"}}"#)).unwrap();
+        assert_eq!((host.tier, host.in_host_memory(), host.cache_load_factor()), (Tier::Host, true, None));
+        // It writes back as it was read.
+        let again: TableSpec = serde_json::from_str(&serde_json::to_string(&host).unwrap()).unwrap();
+        assert_eq!(again, host);
+        for (json, field, value) in [
+            (r#""cache_load_factor": 0"#, "cache_load_factor", "0"),
+            (r#""cache_load_factor": 1.5"#, "cache_load_factor", "1.5"),
+            (r#""compute_kernel": "fused_uvm", "cache_load_factor": 0.5"#, "cache_load_factor", "0.5"),
+            (r#""compute_kernel": "fused", "cache_load_factor": 0.5"#, "cache_load_factor", "0.5"),
+            (r#""compute_kernel": "ssd""#, "compute_kernel", "\"ssd\""),
+        ] {
+            let e = read(&format!("{{{base}, {json}}}")).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{field}` = {value}")) && e.contains("table 0"), "{json}: {e}");
         }
     }
 

@@ -14,7 +14,8 @@
 //! miss_ms = B · pf · f · (1 − hit_rate) · 2 · dim · element bytes / host_link_bw
 //! ```
 //! on top of what the cost model charges for the piece in HBM (the hits are served from the cache at HBM
-//! speed). Every cost model prices a cached piece this way; TorchRec's port keeps TorchRec's own
+//! speed). A table in host DRAM with no cache (TorchRec's `fused_uvm`) has a hit rate of 0: every lookup
+//! reads its row over the link, and the fused optimizer writes it back. Every cost model prices a cached piece this way; TorchRec's port keeps TorchRec's own
 //! estimate. The link defaults to TorchRec's `HBM_TO_DDR_MEM_BW` (32 GiB/s) unless the task's topology
 //! names one.
 //!
@@ -22,11 +23,12 @@
 //! optimizer state and buffers over a fill target of the usable bytes), tables move to host DRAM at
 //! the cache share that frees HBM most cheaply: starting from every table in HBM, the option (table,
 //! share) with the least added miss time per byte of HBM freed is taken, repeatedly, until the rest
-//! fits. Tables the user placed (a `cache_load_factor` in the input) keep their tier.
+//! fits; host memory with no cache is the last option, for a table whose cache state alone is too much.
+//! Tables the user placed (a `cache_load_factor` or `compute_kernel` in the input) keep their tier.
 
 use crate::cost::PieceRef;
 use crate::error::{Error, Result};
-use crate::table::{NUM_BINS, TableSpec};
+use crate::table::{NUM_BINS, TableSpec, Tier};
 use crate::task::Task;
 
 /// TorchRec's `HBM_TO_DDR_MEM_BW`, bytes per second: the device–host link when the topology names none.
@@ -65,7 +67,7 @@ pub fn host_link_bw(task: &Task) -> f64 {
 /// What a piece's cache misses add to its compute per step, ms (0 for a piece of a table in HBM).
 #[must_use]
 pub fn miss_ms(piece: &PieceRef<'_>, global_batch: u64, host_link_bw: f64) -> f64 {
-    let Some(clf) = piece.table.cache_load_factor else { return 0.0 };
+    let Some(clf) = piece.table.tier.hbm_row_share() else { return 0.0 };
     let lookups = global_batch as f64 * piece.pooling_factor();
     let row_bytes = f64::from(piece.dim) * piece.table.dtype.bytes() as f64;
     lookups * (1.0 - hit_rate(piece.table, clf)) * 2.0 * row_bytes / host_link_bw * 1e3
@@ -74,7 +76,7 @@ pub fn miss_ms(piece: &PieceRef<'_>, global_batch: u64, host_link_bw: f64) -> f6
 /// The misses of a device's pieces together, ms, at `model`'s global batch (0 without cached pieces);
 /// an error when a piece is cached and the model does not say its batch.
 pub fn set_miss_ms(set: &[PieceRef<'_>], model: &dyn crate::cost::CostModel, host_link_bw: f64) -> Result<f64> {
-    if !set.iter().any(|p| p.table.is_cached()) {
+    if !set.iter().any(|p| p.table.in_host_memory()) {
         return Ok(0.0);
     }
     let batch = model.global_batch().ok_or_else(|| Error::CostModel {
@@ -111,6 +113,37 @@ fn hbm_need(task: &Task, t: &TableSpec) -> Result<u128> {
     Ok(u128::from(task.block_bytes(t, t.rows, t.dim)?))
 }
 
+/// A table's move to another tier: the tier, its HBM need and miss time, and the score ranking it.
+struct Move {
+    score: f64,
+    tier: Tier,
+    need: u128,
+    miss_ms: f64,
+}
+
+/// The best move of `t` (now needing `need` bytes of HBM and adding `miss` ms of misses): the first of
+/// its smaller cache shares — and, once it has the smallest, no cache — with the least added miss time
+/// per byte of HBM freed; `None` when no move frees HBM.
+fn next_move(task: &Task, t: &TableSpec, need: u128, miss: f64, global_batch: u64, link: f64) -> Result<Option<Move>> {
+    let now = t.tier.hbm_row_share().unwrap_or(1.0);
+    let options = CACHE_SHARES.iter().filter(|&&c| c < now).map(|&c| Tier::Cached(c));
+    let no_cache = (t.tier == Tier::Cached(CACHE_SHARES[0])).then_some(Tier::Host);
+    let mut best: Option<Move> = None;
+    for tier in options.chain(no_cache) {
+        let moved = t.clone().with_tier(tier);
+        let n = hbm_need(task, &moved)?;
+        if n >= need {
+            continue;
+        }
+        let m = miss_ms(&PieceRef::whole(&moved, moved.dim), global_batch, link);
+        let score = (m - miss).max(0.0) / (need - n) as f64;
+        if best.as_ref().is_none_or(|b| score < b.score) {
+            best = Some(Move { score, tier, need: n, miss_ms: m });
+        }
+    }
+    Ok(best)
+}
+
 /// `task` with tiers chosen so its tables' HBM need is at most `fill` of the devices' usable bytes
 /// together (see the module doc); the task itself when it already fits or `mode` is [`TierMode::Hbm`].
 /// `global_batch` and the host link price the misses that rank the options.
@@ -136,40 +169,36 @@ pub fn assign(task: &Task, mode: TierMode, fill: f64, global_batch: u64) -> Resu
         cur_need.push(hbm_need(task, t)?);
         cur_miss.push(miss_ms(&PieceRef::whole(t, t.dim), global_batch, link));
     }
+    // Each table's best next move (the first with the least added miss time per byte freed), kept
+    // until that table moves: the others' moves do not change.
+    let mut best: Vec<Option<Move>> = Vec::with_capacity(tables.len());
+    for (i, t) in tables.iter().enumerate() {
+        // Tables the user placed keep their tier.
+        let fixed = task.tables[i].in_host_memory();
+        best.push(if fixed { None } else { next_move(task, t, cur_need[i], cur_miss[i], global_batch, link)? });
+    }
     while need > budget {
-        let mut best: Option<(f64, usize, f64, u128, f64)> = None;
-        for (i, t) in tables.iter().enumerate() {
-            // Tables the user cached keep their share; a table in HBM may take any share, a table the
-            // choice already cached only a smaller one.
-            if task.tables[i].cache_load_factor.is_some() {
-                continue;
-            }
-            for &c in CACHE_SHARES.iter().filter(|&&c| t.cache_load_factor.is_none_or(|now| c < now)) {
-                let cached = t.clone().with_cache_load_factor(Some(c))?;
-                let n = hbm_need(task, &cached)?;
-                if n >= cur_need[i] {
-                    continue;
-                }
-                let m = miss_ms(&PieceRef::whole(&cached, cached.dim), global_batch, link);
-                let score = (m - cur_miss[i]).max(0.0) / (cur_need[i] - n) as f64;
-                if best.is_none_or(|b| score < b.0) {
-                    best = Some((score, i, c, n, m));
-                }
+        // The first table with the least score (ties by table order, as a scan in order finds it).
+        let mut pick: Option<usize> = None;
+        for (i, m) in best.iter().enumerate() {
+            if let Some(m) = m
+                && pick.is_none_or(|p| best[p].as_ref().is_some_and(|b| m.score < b.score))
+            {
+                pick = Some(i);
             }
         }
-        let Some((_, i, c, n, m)) = best else {
+        let Some(i) = pick else {
             return Err(Error::NoPlan {
                 planner: "tiers".into(),
-                reason: format!(
-                    "even with every table in host memory at the smallest cache share ({}), the tables need more HBM than the devices' usable bytes",
-                    CACHE_SHARES[0]
-                ),
+                reason: "even with every table in host memory without an HBM cache, the tables' buffers need more HBM than the devices' usable bytes".into(),
             });
         };
-        need = need - cur_need[i] + n;
-        tables[i] = tables[i].clone().with_cache_load_factor(Some(c))?;
-        cur_need[i] = n;
-        cur_miss[i] = m;
+        let Some(m) = best[i].take() else { break };
+        need = need - cur_need[i] + m.need;
+        tables[i] = tables[i].clone().with_tier(m.tier);
+        cur_need[i] = m.need;
+        cur_miss[i] = m.miss_ms;
+        best[i] = next_move(task, &tables[i], cur_need[i], cur_miss[i], global_batch, link)?;
     }
     let mut out = task.clone();
     out.tables = tables;

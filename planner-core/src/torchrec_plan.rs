@@ -1,15 +1,17 @@
 //! Interop with TorchRec: any shardplan [`Plan`] written as a TorchRec sharding plan.
 //!
 //! The document (`shardplan.torchrec-plan/v1`, `docs/FORMATS.md`) holds, per table, TorchRec's
-//! `ParameterSharding` fields — `sharding_type`, `compute_kernel` (always `fused`: HBM, fused optimizer),
-//! `ranks` — and its `sharding_spec` as a list of `ShardMetadata` (`shard_offsets = [row, col]`,
+//! `ParameterSharding` fields — `sharding_type`, `compute_kernel` (the table's tier: `fused` in HBM,
+//! `fused_uvm_caching` with its `cache_load_factor`, `fused_uvm`), `ranks` — and its `sharding_spec` as a list of `ShardMetadata` (`shard_offsets = [row, col]`,
 //! `shard_sizes = [rows, cols]`, `placement = "rank:R/cuda:L"` with `L = R mod local_world_size`), plus
 //! each table's shape so the plan can be checked against an `EmbeddingBagCollection`.
 //! `tools/torchrec_apply.py` turns it into `construct_module_sharding_plan(...)`.
 //!
-//! Mapping: an unsplit table is `table_wise`; column pieces are `column_wise` (one shard per piece, in
-//! column order, ranks may repeat); row pieces are `row_wise`, one shard per rank in rank order (empty
-//! shards are added for the remaining ranks, as TorchRec's own planner writes them). A plan TorchRec
+//! Mapping ([`crate::planners::torchrec::sharding_type_of`]): an unsplit table is `table_wise`; column
+//! pieces are `column_wise` (one shard per piece, in column order, ranks may repeat); row pieces are
+//! `row_wise`, one shard per rank in rank order (empty shards are added for the remaining ranks, as
+//! TorchRec's own planner writes them), or `table_row_wise` when they lie on one host's ranks of several
+//! (one shard per rank of that host). A plan TorchRec
 //! cannot build — uneven column blocks, row ranges off TorchRec's rank order — is refused with an error
 //! naming the table ([`Plan::check_torchrec_buildable`], the rule [`crate::plan::SplitRule::TorchRec`]
 //! plans under).
@@ -20,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::plan::{Piece, Plan};
+use crate::planners::torchrec::{ShardingType, sharding_type_of};
 use crate::task::Task;
 
 /// Schema tag of TorchRec plan documents.
@@ -37,12 +40,16 @@ pub struct ShardMetadata {
 }
 
 /// TorchRec's `ParameterSharding` of one table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParameterSharding {
-    /// `table_wise`, `column_wise` or `row_wise`.
+    /// `table_wise`, `column_wise`, `row_wise` or `table_row_wise`.
     pub sharding_type: String,
-    /// `fused`.
+    /// `fused`, `fused_uvm_caching` or `fused_uvm`.
     pub compute_kernel: String,
+    /// The HBM cache's share of the rows of a `fused_uvm_caching` table (TorchRec's
+    /// `CacheParams.load_factor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_load_factor: Option<f64>,
     /// Rank of every shard.
     pub ranks: Vec<usize>,
     /// The shards (`EnumerableShardingSpec`).
@@ -98,33 +105,29 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
     let mut tables = BTreeMap::new();
     for group in plan.table_groups() {
         let table = &task.tables[group[0].table_id];
-        let rows_split = group[0].rows.is_some();
-        let sharding_type = if rows_split {
-            "row_wise"
-        } else if group.len() == 1 {
-            "table_wise"
-        } else {
-            "column_wise"
-        };
+        let sharding_type = sharding_type_of(task, group);
         let mut spec: Vec<ShardMetadata> = Vec::new();
         let mut ranks = Vec::new();
-        if rows_split {
+        if sharding_type.is_row_wise() {
+            // Row-wise: every rank; table-row-wise: every rank of the pieces' host.
+            let first = if sharding_type == ShardingType::TableRowWise { group[0].device } else { 0 };
+            let count = if sharding_type == ShardingType::TableRowWise { local } else { world };
             for (k, p) in group.iter().enumerate() {
                 let r = p.rows.unwrap_or_default();
                 spec.push(ShardMetadata {
                     shard_offsets: [r.offset, 0],
                     shard_sizes: [r.count, u64::from(table.dim)],
-                    placement: place(k),
+                    placement: place(first + k),
                 });
-                ranks.push(k);
+                ranks.push(first + k);
             }
-            for k in group.len()..world {
+            for k in group.len()..count {
                 spec.push(ShardMetadata {
                     shard_offsets: [table.rows, 0],
                     shard_sizes: [0, u64::from(table.dim)],
-                    placement: place(k),
+                    placement: place(first + k),
                 });
-                ranks.push(k);
+                ranks.push(first + k);
             }
         } else {
             for p in group {
@@ -139,8 +142,9 @@ pub fn to_torchrec_plan(task: &Task, plan: &Plan, local_world_size: Option<usize
         out.insert(
             table.name.clone(),
             ParameterSharding {
-                sharding_type: sharding_type.into(),
-                compute_kernel: "fused".into(),
+                sharding_type: sharding_type.as_str().into(),
+                compute_kernel: table.tier.kernel_name().into(),
+                cache_load_factor: table.cache_load_factor(),
                 ranks,
                 sharding_spec: spec,
             },
@@ -190,6 +194,19 @@ impl TorchRecPlanDocument {
         Ok(doc)
     }
 
+    /// `task` with every table the document names in the tier its `compute_kernel` (and
+    /// `cache_load_factor`) say, refusing a kernel or share shardplan cannot hold by table name.
+    pub fn tiered_task(&self, task: &Task) -> Result<Task> {
+        let mut out = task.clone();
+        for t in &mut out.tables {
+            if let Some(s) = self.plan.get(&t.name) {
+                let ctx = format!("TorchRec plan JSON, table `{}`", t.name);
+                t.tier = crate::table::Tier::from_fields(&ctx, Some(&s.compute_kernel), s.cache_load_factor)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// The plan as a shardplan [`Plan`] of `task`, whose tables are matched by name (every table of the
     /// task must be in the plan with the same shape, and no other). Table-wise → one piece, column-wise →
     /// a piece per shard, row-wise → a piece per non-empty shard.
@@ -226,7 +243,7 @@ impl TorchRecPlanDocument {
                     format!("the tables file's {} x {}", t.rows, t.dim),
                 ));
             }
-            let kind = crate::planners::torchrec::ShardingType::parse(&s.sharding_type)?;
+            let kind = ShardingType::parse(&s.sharding_type)?;
             for (m, &rank) in s.sharding_spec.iter().zip(&s.ranks) {
                 let [row, col] = m.shard_offsets;
                 let [rows, cols] = m.shard_sizes;
@@ -236,13 +253,12 @@ impl TorchRecPlanDocument {
                 let col32 = u32::try_from(col).map_err(|_| {
                     Error::field(format!("{ctx}, table `{}`", t.name), "shard_offsets", col, "a column offset")
                 })?;
-                match kind {
-                    crate::planners::torchrec::ShardingType::RowWise => {
-                        if rows > 0 {
-                            pieces.push(Piece::row_range(id, t.dim, rank, row, rows));
-                        }
+                if kind.is_row_wise() {
+                    if rows > 0 {
+                        pieces.push(Piece::row_range(id, t.dim, rank, row, rows));
                     }
-                    _ => pieces.push(Piece::cols(id, col32, cols32, rank)),
+                } else {
+                    pieces.push(Piece::cols(id, col32, cols32, rank));
                 }
             }
         }

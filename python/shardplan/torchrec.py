@@ -13,8 +13,9 @@ returns a ``ShardingPlan`` for ``DistributedModelParallel``::
 Every ``EmbeddingBagCollection`` in the module is planned together, on the topology's HBM caps, under
 TorchRec's own memory accounting (15% of every cap reserved, input and output buffers of a ``batch_size``
 batch counted: the rule ``shardplan plan`` uses by default) and the chosen cost model. A table's pooling
-factor is the sum of its constraint's ``pooling_factors``, or TorchRec's default of 1.0 per feature. The
-plan uses TorchRec's fused kernel in HBM only.
+factor is the sum of its constraint's ``pooling_factors``, or TorchRec's default of 1.0 per feature. Tables
+that do not fit in HBM go to host memory (``fused_uvm_caching`` with the chosen ``cache_load_factor``, or
+``fused_uvm``), and each ``ParameterSharding`` carries its table's compute kernel and cache parameters.
 
 torch and torchrec are imported when a plan is built, so importing this module needs neither;
 :meth:`ShardplanPlanner.plan_documents` (the per-module plans as TorchRec plan documents) runs without them.
@@ -97,6 +98,20 @@ class ShardplanPlanner:
         bw = getattr(self.topology, "inter_host_bw", None) or CROSS_NODE_BANDWIDTH
         return {"devices_per_host": local, "network_gbps": float(bw) * 1e3 / 1e9}
 
+    def _tier(self, config: Any) -> Dict[str, Any]:
+        """A table's memory tier from its constraint, as a TorchRec user fixes it: a single UVM compute
+        kernel (``compute_kernels=["fused_uvm_caching"]`` or ``["fused_uvm"]``) and the cache's
+        ``CacheParams.load_factor``; nothing when the planner may choose."""
+        c = self.constraints.get(config.name)
+        kernels = list(getattr(c, "compute_kernels", None) or []) if c is not None else []
+        load = getattr(getattr(c, "cache_params", None), "load_factor", None) if c is not None else None
+        out: Dict[str, Any] = {}
+        if len(kernels) == 1 and kernels[0] in ("fused_uvm", "fused_uvm_caching"):
+            out["compute_kernel"] = kernels[0]
+        if load is not None and out.get("compute_kernel") == "fused_uvm_caching":
+            out["cache_load_factor"] = float(load)
+        return out
+
     def _pooling_factor(self, config: Any) -> float:
         c = self.constraints.get(config.name)
         factors = getattr(c, "pooling_factors", None) if c is not None else None
@@ -121,6 +136,7 @@ class ShardplanPlanner:
                     "embedding_dim": int(config.embedding_dim),
                     "feature_names": list(config.feature_names),
                     "pooling_factor": self._pooling_factor(config),
+                    **self._tier(config),
                 }
                 data_type = getattr(config, "data_type", None)
                 if data_type is not None:
@@ -154,7 +170,7 @@ class ShardplanPlanner:
 
     def plan(self, module: Any, sharders: List[Any]) -> Any:
         """TorchRec's ``ShardingPlan`` for ``module`` (``sharders`` is accepted for the planner interface;
-        the plan is for TorchRec's ``EmbeddingBagCollectionSharder`` and its fused HBM kernel)."""
+        the plan is for TorchRec's ``EmbeddingBagCollectionSharder``)."""
         from torchrec.distributed.types import ShardingPlan
 
         documents = self.plan_documents(module)
@@ -184,33 +200,60 @@ def _passthrough(sharding_type: str, kernel: str, shards: List[Tuple[List[int], 
     return generator
 
 
+def _with_cache(generator: Callable, load_factor: Optional[float]) -> Callable:
+    # A fused_uvm_caching table's HBM cache share, as TorchRec's CacheParams on its ParameterSharding.
+    if load_factor is None:
+        return generator
+
+    def cached(*args: Any) -> Any:
+        from torchrec.distributed.types import CacheParams
+
+        ps = generator(*args)
+        ps.cache_params = CacheParams(load_factor=load_factor)
+        return ps
+
+    return cached
+
+
 def generators(doc: Mapping[str, Any]) -> Dict[str, Callable]:
     """Table name → TorchRec ``ParameterShardingGenerator`` for ``construct_module_sharding_plan``: TorchRec's
     public generator where it expresses the layout exactly (``table_wise(rank)``, ``column_wise(ranks)`` for
     equal column blocks, ``row_wise()`` for TorchRec's own row split), otherwise one that passes the
     document's shard offsets, sizes and ranks to ``_get_parameter_sharding`` (the private helper TorchRec's
     public generators call)."""
-    from torchrec.distributed.sharding_plan import column_wise, row_wise, table_wise
+    from torchrec.distributed.sharding_plan import column_wise, row_wise, table_row_wise, table_wise
 
     out: Dict[str, Callable] = {}
+    local = doc["local_world_size"]
     for name, ps in doc["plan"].items():
         st, kernel, ranks, spec = ps["sharding_type"], ps["compute_kernel"], ps["ranks"], ps["sharding_spec"]
         shards = [(s["shard_sizes"], s["shard_offsets"], r) for s, r in zip(spec, ranks)]
         rows = doc["tables"][name]["num_embeddings"]
+        row_sizes = [s["shard_sizes"][0] for s in spec]
         if st == "table_wise":
-            out[name] = table_wise(rank=ranks[0], compute_kernel=kernel)
+            gen = table_wise(rank=ranks[0], compute_kernel=kernel)
         elif st == "column_wise" and len({s["shard_sizes"][1] for s in spec}) == 1:
-            out[name] = column_wise(ranks=ranks, compute_kernel=kernel)
+            gen = column_wise(ranks=ranks, compute_kernel=kernel)
         elif (
             st == "row_wise"
             and ranks == list(range(doc["world_size"]))
-            and [s["shard_sizes"][0] for s in spec] == _torchrec_row_split(rows, doc["world_size"])
+            and row_sizes == _torchrec_row_split(rows, doc["world_size"])
         ):
-            out[name] = row_wise(compute_kernel=kernel)
-        elif st in ("column_wise", "row_wise"):
-            out[name] = _passthrough(st, kernel, shards)
+            gen = row_wise(compute_kernel=kernel)
+        elif (
+            st == "table_row_wise"
+            and kernel == "fused"
+            and ranks[0] % local == 0
+            and ranks == list(range(ranks[0], ranks[0] + local))
+            and row_sizes == _torchrec_row_split(rows, local)
+        ):
+            # TorchRec's generator takes no compute kernel (it builds fused shards).
+            gen = table_row_wise(host_index=ranks[0] // local)
+        elif st in ("column_wise", "row_wise", "table_row_wise"):
+            gen = _passthrough(st, kernel, shards)
         else:
             raise shardplan.ShardplanError(f"table {name}: unknown sharding_type {st!r}")
+        out[name] = _with_cache(gen, ps.get("cache_load_factor"))
     return out
 
 

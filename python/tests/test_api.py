@@ -159,7 +159,7 @@ def test_errors_are_value_errors_naming_field_and_value():
         (dict(tables=TABLES, devices=2, planner="nope"), ["nope"]),
         (dict(tables=TABLES, devices=2, cost_model="nope"), ["nope"]),
         (dict(tables=TABLES, devices=2, budget_ms=-1.0), ["budget_ms", "-1"]),
-        (dict(tables=TABLES, devices=2, mem="64MiB"), ["GiB"]),
+        (dict(tables=TABLES, devices=2, mem="64MiB", tiers="hbm"), ["GiB"]),
         (dict(tables=[], devices=2), ["tables"]),
         (dict(tables=[object()], devices=2), ["table 0", "object"]),
     ]
@@ -228,3 +228,15 @@ def test_a_bad_profile_directory_is_refused_by_name(tmp_path):
         shardplan.load_profile(broken)
     with pytest.raises(shardplan.ShardplanError, match="cost_model"):
         shardplan.plan(TABLES, devices=2, cost_model=3)
+
+
+def test_tables_too_big_for_hbm_move_to_host_memory_unless_told_not_to():
+    tables = [{"name": f"t{i}", "rows": 40_000_000, "dim": 64, "pooling_factor": 2.0} for i in range(6)]
+    p = shardplan.plan(tables, devices=2, mem="8GiB", planner="size-lookup")
+    cached = [t for t in p.document["task"]["tables"] if "cache_load_factor" in t]
+    assert cached and all(0 < t["cache_load_factor"] <= 1 for t in cached)
+    assert p.report["feasible"] and any(d["memory"].get("host_bytes", 0) > 0 for d in p.devices)
+    with pytest.raises(shardplan.ShardplanError, match="usable in total"):
+        shardplan.plan(tables, devices=2, mem="8GiB", planner="size-lookup", tiers="hbm")
+    with pytest.raises(shardplan.ShardplanError, match="tiers"):
+        shardplan.plan(tables, devices=2, mem="8GiB", tiers="ssd")

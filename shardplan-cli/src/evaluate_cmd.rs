@@ -69,6 +69,7 @@ fn read(path: &PathBuf, args: &EvaluateArgs) -> Result<(String, Task, Plan)> {
             bail!("{} is a TorchRec plan: give --tables with its tables' statistics", path.display());
         };
         let task = Task::new(load_tables(tables, args.dim)?, devices(doc.world_size, &args.mem)?)?;
+        let task = doc.tiered_task(&task).with_context(|| format!("in {}", path.display()))?;
         let plan = doc.to_plan(&task).with_context(|| format!("in {}", path.display()))?;
         return Ok(("torchrec-plan".into(), task, plan));
     }

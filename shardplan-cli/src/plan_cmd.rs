@@ -183,9 +183,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// Which tables live in host memory behind an HBM cache, or nothing when all are in HBM.
+/// Which tables live in host memory (behind an HBM cache or not), or nothing when all are in HBM.
 pub fn tiers_line(task: &Task) -> Option<String> {
-    let cached: Vec<&planner_core::TableSpec> = task.tables.iter().filter(|t| t.is_cached()).collect();
+    let cached: Vec<&planner_core::TableSpec> = task.tables.iter().filter(|t| t.in_host_memory()).collect();
     if cached.is_empty() {
         return None;
     }
@@ -193,13 +193,16 @@ pub fn tiers_line(task: &Task) -> Option<String> {
     let mut shares: Vec<String> = cached
         .iter()
         .take(8)
-        .map(|t| format!("{} {:.0}%", t.name, 100.0 * t.cache_load_factor.unwrap_or(0.0)))
+        .map(|t| match t.cache_load_factor() {
+            Some(c) => format!("{} {:.0}%", t.name, 100.0 * c),
+            None => format!("{} no cache", t.name),
+        })
         .collect();
     if cached.len() > 8 {
         shares.push(format!("… {} more", cached.len() - 8));
     }
     Some(format!(
-        "Tiers: {} of {} tables ({}) in host memory behind HBM caches (cache share of rows: {}); the rest in HBM",
+        "Tiers: {} of {} tables ({}) in host memory (HBM cache share of rows: {}); the rest in HBM",
         cached.len(),
         task.tables.len(),
         format_bytes(host),

@@ -208,6 +208,38 @@ pub trait Planner {
     fn last_stats(&self) -> Option<SearchStats> {
         None
     }
+    /// Plans `task` choosing memory tiers as `mode` allows; returns the task as planned (its tables'
+    /// tiers chosen) and the plan. By default the shared choice: tables move to host memory behind HBM
+    /// caches when they do not fit in HBM ([`crate::tier::assign`]), then [`Planner::plan`]; when the
+    /// planner cannot place them at one fill target ([`TIER_FILLS`]), the next, lower one is tried. The
+    /// tiered task is checked as [`crate::memory::check_capacity`] checks a task. TorchRec's port chooses
+    /// compute kernels itself, as TorchRec does.
+    fn plan_tiered(&self, task: &Task, ctx: &PlanContext<'_>, mode: crate::tier::TierMode) -> Result<(Task, Plan)> {
+        let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
+        let mut last = None;
+        let mut tried: Option<Vec<crate::table::TableSpec>> = None;
+        for fill in TIER_FILLS {
+            // Tables that cannot fit even in host memory: the task's own capacity refusal says how much
+            // memory they need, when it applies.
+            let tiered = crate::tier::assign(task, mode, fill, batch)
+                .map_err(|e| crate::memory::check_capacity(task).err().unwrap_or(e))?;
+            // The same tiers as the last try: the same refusal.
+            if tried.as_ref() == Some(&tiered.tables) {
+                continue;
+            }
+            tried = Some(tiered.tables.clone());
+            crate::memory::check_tiered_capacity(task, &tiered)?;
+            match self.plan(&tiered, ctx) {
+                Ok(plan) => return Ok((tiered, plan)),
+                // With tiers to choose, a refusal lowers the fill target (more tables leave HBM).
+                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) if mode == crate::tier::TierMode::Auto => {
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::NoPlan { planner: self.name().into(), reason: "no fill target left".into() }))
+    }
 }
 
 /// A registered planner.
@@ -319,7 +351,7 @@ pub const REGISTRY: &[PlannerEntry] = &[
     },
     PlannerEntry {
         name: "torchrec",
-        summary: "port of TorchRec 1.9's default planner: table/column/row-wise, its estimators, proposers, greedy partitioner",
+        summary: "port of TorchRec 1.9's default planner: table/column/row-wise and table-row/column-wise, fused and UVM kernels, its estimators, proposers, greedy partitioner",
         is_seed_baseline: false,
         make: || Box::new(torchrec::TorchRecPlanner::default()),
     },
@@ -356,39 +388,14 @@ pub fn planners(list: &str) -> Result<Vec<&'static PlannerEntry>> {
 /// HBM may take, lowered when a planner cannot place them.
 pub const TIER_FILLS: [f64; 5] = [0.9, 0.8, 0.7, 0.6, 0.5];
 
-/// Plans `task` with `planner`, first moving tables to host memory behind HBM caches when they do not
-/// fit in HBM ([`crate::tier::assign`], under `mode`); returns the task as planned (its tables' tiers
-/// chosen) and the plan. Every front end plans through it, so every planner gets the same tiers. When a
-/// planner cannot place the tables in HBM at one fill target, the next, lower one is tried. The tiered
-/// task is checked as [`crate::memory::check_capacity`] checks a task.
+/// Plans `task` with `planner`, choosing memory tiers as `mode` allows ([`Planner::plan_tiered`]);
+/// returns the task as planned and the plan. Every front end plans through it, so every planner meets
+/// the same tier rules.
 pub fn plan_tiered(
     planner: &dyn Planner,
     task: &Task,
     ctx: &PlanContext<'_>,
     mode: crate::tier::TierMode,
 ) -> Result<(Task, Plan)> {
-    let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
-    let mut last = None;
-    let mut tried: Option<Vec<crate::table::TableSpec>> = None;
-    for fill in TIER_FILLS {
-        // Tables that cannot fit even in host memory behind the smallest caches: the task's own
-        // capacity refusal says how much memory they need, when it applies.
-        let tiered = crate::tier::assign(task, mode, fill, batch)
-            .map_err(|e| crate::memory::check_capacity(task).err().unwrap_or(e))?;
-        // The same tiers as the last try: the same refusal.
-        if tried.as_ref() == Some(&tiered.tables) {
-            continue;
-        }
-        tried = Some(tiered.tables.clone());
-        crate::memory::check_capacity(&tiered)?;
-        match planner.plan(&tiered, ctx) {
-            Ok(plan) => return Ok((tiered, plan)),
-            // With tiers to choose, a refusal lowers the fill target (more tables leave HBM).
-            Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) if mode == crate::tier::TierMode::Auto => {
-                last = Some(e);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::NoPlan { planner: planner.name().into(), reason: "no fill target left".into() }))
+    planner.plan_tiered(task, ctx, mode)
 }

@@ -54,8 +54,9 @@ use super::{PlanContext, Planner, SearchStats, StatsCell};
 use crate::error::{Error, Result};
 use crate::memory::{Layout, MemoryRule, TorchRecMemory};
 use crate::plan::{Piece, Plan};
-use crate::table::TableSpec;
+use crate::table::{DEFAULT_CACHE_LOAD_FACTOR, TableSpec, Tier};
 use crate::task::Task;
+use crate::tier::TierMode;
 
 /// TorchRec `BATCH_SIZE`: default per-rank batch.
 pub const BATCH_SIZE: u64 = crate::memory::DEFAULT_BATCH_PER_RANK;
@@ -90,7 +91,9 @@ pub const KJT_STORAGE_MULTIPLIER: u64 = crate::memory::DEFAULT_KJT_COPIES;
 /// `GridSearchProposer`'s `MAX_PROPOSALS`.
 pub const MAX_GRID_PROPOSALS: u128 = 10_000;
 
-/// A sharding type of TorchRec that this port enumerates.
+/// A sharding type of TorchRec that this port enumerates, in TorchRec's enumeration order (the
+/// sharder's `sharding_types`; `data_parallel`, a table replicated on every rank, is not in shardplan's
+/// plans, and grid sharding is only enumerated when a constraint names it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ShardingType {
@@ -98,41 +101,128 @@ pub enum ShardingType {
     TableWise,
     /// Column blocks, each on a rank.
     ColumnWise,
+    /// Column blocks, all on the ranks of one host.
+    TableColumnWise,
     /// Contiguous row ranges, one per rank.
     RowWise,
+    /// Contiguous row ranges, one per rank of one host.
+    TableRowWise,
+}
+
+/// How TorchRec's partitioner places an option's shards (`PartitionByType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionBy {
+    /// Shard by shard onto the least-loaded rank that fits (table- and column-wise).
+    Device,
+    /// All shards on the ranks of one host, the least-loaded host first (table-row- and table-column-wise).
+    Host,
+    /// Shard `i` on rank `i` (row-wise).
+    Uniform,
 }
 
 impl ShardingType {
+    /// Every type, in TorchRec's enumeration order.
+    pub const ALL: [Self; 5] =
+        [Self::TableWise, Self::ColumnWise, Self::TableColumnWise, Self::RowWise, Self::TableRowWise];
+
     /// TorchRec's name (`table_wise`, ...).
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Self::TableWise => "table_wise",
             Self::ColumnWise => "column_wise",
+            Self::TableColumnWise => "table_column_wise",
             Self::RowWise => "row_wise",
+            Self::TableRowWise => "table_row_wise",
         }
     }
 
     /// Parses TorchRec's name.
     pub fn parse(text: &str) -> Result<Self> {
-        match text {
-            "table_wise" => Ok(Self::TableWise),
-            "column_wise" => Ok(Self::ColumnWise),
-            "row_wise" => Ok(Self::RowWise),
-            _ => Err(Error::field(
+        Self::ALL.into_iter().find(|t| t.as_str() == text).ok_or_else(|| {
+            Error::field(
                 "torchrec",
                 "sharding_type",
                 format!("{text:?}"),
-                "one of table_wise, column_wise, row_wise",
-            )),
+                "one of table_wise, column_wise, table_column_wise, row_wise, table_row_wise",
+            )
+        })
+    }
+
+    /// How TorchRec's partitioner places it (`get_partition_by_type`).
+    #[must_use]
+    pub fn partition_by(self) -> PartitionBy {
+        match self {
+            Self::TableWise | Self::ColumnWise => PartitionBy::Device,
+            Self::TableColumnWise | Self::TableRowWise => PartitionBy::Host,
+            Self::RowWise => PartitionBy::Uniform,
         }
     }
 
-    /// Whether TorchRec places it shard by shard (`PartitionByType.DEVICE`) rather than one shard per
-    /// rank (`UNIFORM`).
+    /// Whether its shards are row ranges.
     #[must_use]
-    pub fn by_device(self) -> bool {
-        !matches!(self, Self::RowWise)
+    pub fn is_row_wise(self) -> bool {
+        matches!(self, Self::RowWise | Self::TableRowWise)
+    }
+}
+
+/// A compute kernel of TorchRec for an embedding-bag table on CUDA, in TorchRec's order (the sharder's
+/// `compute_kernels`; key-value and virtual-table kernels need SSDs or a constraint and are not enumerated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeKernel {
+    /// Weights in HBM.
+    Fused,
+    /// Weights in host DRAM, every lookup over the device–host link (UVM).
+    FusedUvm,
+    /// Weights in host DRAM behind an HBM cache of a share of the rows.
+    FusedUvmCaching,
+}
+
+impl ComputeKernel {
+    /// Every kernel, in TorchRec's order.
+    pub const ALL: [Self; 3] = [Self::Fused, Self::FusedUvm, Self::FusedUvmCaching];
+
+    /// TorchRec's name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fused => "fused",
+            Self::FusedUvm => "fused_uvm",
+            Self::FusedUvmCaching => "fused_uvm_caching",
+        }
+    }
+
+    /// Parses TorchRec's name.
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text).ok_or_else(|| {
+            Error::field(
+                "torchrec",
+                "compute_kernel",
+                format!("{text:?}"),
+                "one of fused, fused_uvm, fused_uvm_caching",
+            )
+        })
+    }
+
+    /// The table tier it means, with `cache_load_factor` for the caching kernel.
+    #[must_use]
+    pub fn tier(self, cache_load_factor: f64) -> Tier {
+        match self {
+            Self::Fused => Tier::Hbm,
+            Self::FusedUvm => Tier::Host,
+            Self::FusedUvmCaching => Tier::Cached(cache_load_factor),
+        }
+    }
+
+    /// The kernel of a table tier.
+    #[must_use]
+    pub fn of(tier: Tier) -> Self {
+        match tier {
+            Tier::Hbm => Self::Fused,
+            Tier::Host => Self::FusedUvm,
+            Tier::Cached(_) => Self::FusedUvmCaching,
+        }
     }
 }
 
@@ -181,25 +271,48 @@ pub struct Shard {
     pub perf: Perf,
     /// Estimated HBM bytes.
     pub storage_hbm: u64,
+    /// Estimated host DRAM bytes (the weights and optimizer state of a UVM kernel; 0 for `fused`).
+    #[serde(default)]
+    pub storage_ddr: u64,
 }
 
-/// One way to shard one table (TorchRec's `ShardingOption` with the fused kernel).
+impl Shard {
+    /// `(hbm, ddr)`: TorchRec's `Storage`, compared as a tuple.
+    #[must_use]
+    pub fn storage(&self) -> (u64, u64) {
+        (self.storage_hbm, self.storage_ddr)
+    }
+}
+
+/// One way to shard one table (TorchRec's `ShardingOption`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardingOption {
     /// Index of the table in the task.
     pub table_id: usize,
     /// How it is sharded.
     pub sharding_type: ShardingType,
+    /// Where its weights live.
+    pub compute_kernel: ComputeKernel,
+    /// The HBM cache's share of the rows, for `fused_uvm_caching` (the table's own, else TorchRec's
+    /// `UVM_CACHING_RATIO`, 0.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_load_factor: Option<f64>,
     /// Its shards.
     pub shards: Vec<Shard>,
 }
 
 impl ShardingOption {
-    /// Sum of the shards' HBM bytes (`total_storage`; saturating at `u64::MAX`, a ranking key only —
-    /// every shard's own count is exact).
+    /// Sum of the shards' HBM bytes (saturating at `u64::MAX`, a ranking key only — every shard's own
+    /// count is exact).
     #[must_use]
     pub fn total_storage_hbm(&self) -> u64 {
         self.shards.iter().fold(0u64, |a, s| a.saturating_add(s.storage_hbm))
+    }
+
+    /// `total_storage` as TorchRec's `Storage` tuple `(hbm, ddr)`, summed exactly.
+    #[must_use]
+    pub fn total_storage(&self) -> (u128, u128) {
+        self.shards.iter().fold((0, 0), |(h, d), s| (h + u128::from(s.storage_hbm), d + u128::from(s.storage_ddr)))
     }
 
     /// `_sharding_option_score`: the max shard perf total (`use_depth`), else their sum.
@@ -211,6 +324,12 @@ impl ShardingOption {
             self.shards.iter().fold(0.0, |acc, s| acc + s.perf.total())
         }
     }
+
+    /// The table tier its kernel means.
+    #[must_use]
+    pub fn tier(&self) -> Tier {
+        self.compute_kernel.tier(self.cache_load_factor.unwrap_or(DEFAULT_CACHE_LOAD_FACTOR))
+    }
 }
 
 /// Inputs of TorchRec's planner that shardplan's task does not carry; defaults are TorchRec's.
@@ -221,34 +340,65 @@ pub struct TorchRecConfig {
     pub memory: TorchRecMemory,
     /// Device memory bandwidth in bytes per ms (`HBM_MEM_BW`).
     pub hbm_mem_bw: f64,
+    /// Device–host bandwidth of the UVM kernels in bytes per ms (`HBM_TO_DDR_MEM_BW`).
+    #[serde(default = "default_hbm_to_ddr_mem_bw")]
+    pub hbm_to_ddr_mem_bw: f64,
     /// Intra-host bandwidth in bytes per ms (`INTRA_NODE_BANDWIDTH`).
     pub intra_host_bw: f64,
     /// Inter-host bandwidth in bytes per ms (`CROSS_NODE_BANDWIDTH`).
     pub inter_host_bw: f64,
     /// Ranks per host; `None` = all ranks on one host (TorchRec's default when `local_world_size` is unset).
     pub local_world_size: Option<usize>,
-    /// Sharding types to enumerate (always in TorchRec's order: table-wise, column-wise, row-wise).
+    /// Sharding types to enumerate (always in TorchRec's order).
     pub sharding_types: Vec<ShardingType>,
+    /// Compute kernels a table in HBM may take (in TorchRec's order); a table whose tier the task fixes
+    /// (a cache share, or host memory) takes its own kernel only.
+    #[serde(default = "default_compute_kernels")]
+    pub compute_kernels: Vec<ComputeKernel>,
+}
+
+fn default_hbm_to_ddr_mem_bw() -> f64 {
+    HBM_TO_DDR_MEM_BW
+}
+
+fn default_compute_kernels() -> Vec<ComputeKernel> {
+    ComputeKernel::ALL.to_vec()
 }
 
 impl Default for TorchRecConfig {
+    /// TorchRec's default planner: every sharding type shardplan's plans can hold and every default
+    /// compute kernel (`fused`, `fused_uvm`, `fused_uvm_caching`).
     fn default() -> Self {
         Self {
             memory: TorchRecMemory::default(),
             hbm_mem_bw: HBM_MEM_BW,
+            hbm_to_ddr_mem_bw: HBM_TO_DDR_MEM_BW,
             intra_host_bw: INTRA_NODE_BANDWIDTH,
             inter_host_bw: CROSS_NODE_BANDWIDTH,
             local_world_size: None,
-            sharding_types: vec![ShardingType::TableWise, ShardingType::ColumnWise, ShardingType::RowWise],
+            sharding_types: ShardingType::ALL.to_vec(),
+            compute_kernels: default_compute_kernels(),
         }
     }
 }
 
 impl TorchRecConfig {
+    /// TorchRec restricted to table-, column- and row-wise sharding on the `fused` kernel (weights in
+    /// HBM): the search the port first matched TorchRec on.
+    #[must_use]
+    pub fn fused_hbm() -> Self {
+        Self {
+            sharding_types: vec![ShardingType::TableWise, ShardingType::ColumnWise, ShardingType::RowWise],
+            compute_kernels: vec![ComputeKernel::Fused],
+            ..Self::default()
+        }
+    }
+
     fn validate(&self, world: usize) -> Result<usize> {
         let ctx = "torchrec planner config";
         for (field, v) in [
             ("hbm_mem_bw", self.hbm_mem_bw),
+            ("hbm_to_ddr_mem_bw", self.hbm_to_ddr_mem_bw),
             ("intra_host_bw", self.intra_host_bw),
             ("inter_host_bw", self.inter_host_bw),
         ] {
@@ -257,30 +407,73 @@ impl TorchRecConfig {
             }
         }
         if self.sharding_types.is_empty() {
-            return Err(Error::field(ctx, "sharding_types", "[]", "at least one of table_wise, column_wise, row_wise"));
+            return Err(Error::field(
+                ctx,
+                "sharding_types",
+                "[]",
+                "at least one of table_wise, column_wise, table_column_wise, row_wise, table_row_wise",
+            ));
+        }
+        if self.compute_kernels.is_empty() {
+            return Err(Error::field(
+                ctx,
+                "compute_kernels",
+                "[]",
+                "at least one of fused, fused_uvm, fused_uvm_caching",
+            ));
         }
         match self.local_world_size {
             Some(0) => Err(Error::field(ctx, "local_world_size", 0, "at least 1")),
+            Some(l) if !world.is_multiple_of(l) => {
+                Err(Error::field(ctx, "local_world_size", l, format!("a divisor of the world size {world}")))
+            }
             Some(l) => Ok(l),
             None => Ok(world),
         }
     }
 
     /// What a user gives TorchRec's `Topology` for the task's hosts: `local_world_size` = devices per
-    /// host, and the network link as its cross-node bandwidth (a config that names its own
-    /// `local_world_size` keeps it and its bandwidths).
+    /// host, the network link as its cross-node bandwidth, and the device–host link as its
+    /// `hbm_to_ddr_mem_bw` (a config that names its own `local_world_size` keeps it and its bandwidths).
     pub fn apply_topology(&mut self, task: &Task) {
         if let (None, Some(t)) = (self.local_world_size, &task.topology) {
             self.local_world_size = Some(t.devices_per_host);
             if let Some(link) = t.network.filter(|_| t.is_multi_host()) {
                 self.inter_host_bw = link.bw_bytes_per_s / 1e3;
             }
+            if let Some(bw) = t.host_link_bw_bytes_per_s {
+                self.hbm_to_ddr_mem_bw = bw / 1e3;
+            }
         }
     }
 
+    /// `BasicCommsBandwidths.get_bw` for all-to-all, reduce-scatter and all-gather.
     fn comms_bw(&self, world: usize, local: usize) -> f64 {
-        // BasicCommsBandwidths.get_bw for all-to-all, reduce-scatter and all-gather.
         if world <= local { self.intra_host_bw } else { self.inter_host_bw }
+    }
+
+    /// `kernel_bw_lookup` on CUDA: the device bandwidth a kernel reads at, bytes per ms.
+    fn kernel_bw(&self, kernel: ComputeKernel, cache_load_factor: f64) -> f64 {
+        match kernel {
+            ComputeKernel::Fused => self.hbm_mem_bw,
+            ComputeKernel::FusedUvm => self.hbm_to_ddr_mem_bw / 10.0,
+            ComputeKernel::FusedUvmCaching => {
+                (cache_load_factor * self.hbm_mem_bw + (1.0 - cache_load_factor) * self.hbm_to_ddr_mem_bw) / 10.0
+            }
+        }
+    }
+
+    /// The kernels `table` may take: its own when the task fixes its tier, else the config's.
+    fn kernels_for(&self, table: &TableSpec) -> Vec<(ComputeKernel, Option<f64>)> {
+        match table.tier {
+            Tier::Hbm => self
+                .compute_kernels
+                .iter()
+                .map(|&k| (k, (k == ComputeKernel::FusedUvmCaching).then_some(DEFAULT_CACHE_LOAD_FACTOR)))
+                .collect(),
+            Tier::Cached(c) => vec![(ComputeKernel::FusedUvmCaching, Some(c))],
+            Tier::Host => vec![(ComputeKernel::FusedUvm, None)],
+        }
     }
 }
 
@@ -304,46 +497,47 @@ pub struct TorchRecOutcome {
 }
 
 impl TorchRecOutcome {
-    /// The outcome as a shardplan [`Plan`]: table-wise → one piece, column-wise → one piece per block,
-    /// row-wise → one piece per non-empty row range.
+    /// The outcome as a shardplan [`Plan`] of [`TorchRecOutcome::tiered_task`]: table- and column-wise
+    /// → one piece per shard, (table-)row-wise → one piece per non-empty row range.
     pub fn to_plan(&self, task: &Task) -> Result<Plan> {
         let mut pieces = Vec::new();
         for (opt, ranks) in &self.options {
             let dim = task.tables.get(opt.table_id).map(|t| t.dim).unwrap_or_default();
             for (s, &rank) in opt.shards.iter().zip(ranks) {
-                match opt.sharding_type {
-                    ShardingType::TableWise | ShardingType::ColumnWise => {
-                        pieces.push(Piece::cols(opt.table_id, s.offsets[1] as u32, s.sizes[1] as u32, rank));
-                    }
-                    ShardingType::RowWise if s.sizes[0] > 0 => {
-                        pieces.push(Piece::row_range(opt.table_id, dim, rank, s.offsets[0], s.sizes[0]));
-                    }
-                    ShardingType::RowWise => {}
+                if !opt.sharding_type.is_row_wise() {
+                    pieces.push(Piece::cols(opt.table_id, s.offsets[1] as u32, s.sizes[1] as u32, rank));
+                } else if s.sizes[0] > 0 {
+                    pieces.push(Piece::row_range(opt.table_id, dim, rank, s.offsets[0], s.sizes[0]));
                 }
             }
         }
-        Plan::new(task, pieces)
+        Plan::new(&self.tiered_task(task), pieces)
+    }
+
+    /// `task` with every table in the tier its chosen compute kernel means (`fused` → HBM,
+    /// `fused_uvm_caching` → host memory behind an HBM cache, `fused_uvm` → host memory).
+    #[must_use]
+    pub fn tiered_task(&self, task: &Task) -> Task {
+        let mut out = task.clone();
+        for (opt, _) in &self.options {
+            if let Some(t) = out.tables.get_mut(opt.table_id) {
+                t.tier = opt.tier();
+            }
+        }
+        out
     }
 }
 
-/// Per-table quantities every perf estimate uses.
+/// A table's lookups and pooled outputs per rank and step (`bi`, `bo`) and its element size.
 struct TableInputs {
     batch_inputs: f64,
     batch_outputs: f64,
     elem: u64,
-    /// The compute kernel's bandwidth (`kernel_bw_lookup`), bytes per ms.
-    kernel_bw: f64,
 }
 
-fn table_inputs(t: &TableSpec, memory: &TorchRecMemory, cfg: &TorchRecConfig) -> TableInputs {
+fn table_inputs(t: &TableSpec, memory: &TorchRecMemory) -> TableInputs {
     let (batch_inputs, batch_outputs) = memory.batch_lookups(t);
-    // `fused` reads HBM; `fused_uvm_caching` with caching ratio `clf`:
-    // `(clf · HBM_MEM_BW + (1 − clf) · HBM_TO_DDR_MEM_BW) / 10`.
-    let kernel_bw = match t.cache_load_factor {
-        None => cfg.hbm_mem_bw,
-        Some(clf) => (clf * cfg.hbm_mem_bw + (1.0 - clf) * HBM_TO_DDR_MEM_BW) / 10.0,
-    };
-    TableInputs { batch_inputs, batch_outputs, elem: t.dtype.bytes(), kernel_bw }
+    TableInputs { batch_inputs, batch_outputs, elem: t.dtype.bytes() }
 }
 
 fn block_usage_penalty(dim: u64) -> f64 {
@@ -360,8 +554,18 @@ fn ceil_u64(x: f64) -> u64 {
     x.ceil() as u64
 }
 
-/// The perf of one shard of `cols` columns.
-fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64, world: usize, local: usize) -> Perf {
+/// The perf of one shard of `cols` columns of an option of type `st` whose kernel reads at `kernel_bw`
+/// (bytes per ms), in a world of `world` ranks, `local` per host. (TorchRec's symbols: `w`, `e`, `d`, `l`.)
+#[allow(clippy::many_single_char_names)]
+fn shard_perf(
+    cfg: &TorchRecConfig,
+    st: ShardingType,
+    kernel_bw: f64,
+    x: &TableInputs,
+    cols: u64,
+    world: usize,
+    local: usize,
+) -> Perf {
     let w = world as f64;
     let e = x.elem as f64;
     let d = cols as f64;
@@ -370,23 +574,37 @@ fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64
     let input_dist_comms = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64 / comms_bw;
     // `compute_size = c1·input + c2·lookup + c3·output + c4·hash_size` with the default coefficients
     // (1, 1, 1, 0), written out so the rounding follows TorchRec's evaluation order.
-    let (fwd_compute, bwd_comms) = match st {
-        ShardingType::TableWise | ShardingType::ColumnWise => {
+    let (fwd_compute, fwd_comms, bwd_comms) = match st {
+        ShardingType::TableWise | ShardingType::ColumnWise | ShardingType::TableColumnWise => {
             let input_read = ceil_u64(x.batch_inputs * w * BIGINT_DTYPE as f64) as f64;
             let lookup = x.batch_inputs * w * cols.max(u64::from(MIN_LOOKUP_DIM)) as f64 * e;
             let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
-            (size * block_usage_penalty(cols) / x.kernel_bw, out / comms_bw)
+            (size * block_usage_penalty(cols) / kernel_bw, out / comms_bw, out / comms_bw)
         }
         ShardingType::RowWise => {
             let input_read = ceil_u64(x.batch_inputs / w * w * BIGINT_DTYPE as f64) as f64;
             let lookup = x.batch_inputs / w * w * d * e;
             let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
-            (size * 1.0 / x.kernel_bw, out / comms_bw + out * BATCHED_COPY_PERF_FACTOR / x.kernel_bw)
+            (size * 1.0 / kernel_bw, out / comms_bw, out / comms_bw + out * BATCHED_COPY_PERF_FACTOR / kernel_bw)
+        }
+        ShardingType::TableRowWise => {
+            // `TableRowWiseEvaluator`: the host's share of the lookups; a reduce-scatter and an
+            // all-gather inside the host, and with several hosts an all-to-all of the pooled outputs
+            // between them.
+            let l = local as f64;
+            let input_read = ceil_u64(x.batch_inputs / l * w * BIGINT_DTYPE as f64) as f64;
+            let lookup = x.batch_inputs / l * w * d * e;
+            let size = 1.0 * input_read + 1.0 * lookup + 1.0 * out + 0.0;
+            let intra = out / cfg.comms_bw(local, local);
+            let groups = (world / local).max(1);
+            let inter =
+                if groups > 1 { x.batch_outputs * groups as f64 * d * e / cfg.comms_bw(groups, 1) } else { 0.0 };
+            (size * 1.0 / kernel_bw, intra + inter, inter + intra + out * BATCHED_COPY_PERF_FACTOR / kernel_bw)
         }
     };
     Perf {
         fwd_compute,
-        fwd_comms: out / comms_bw,
+        fwd_comms,
         bwd_compute: fwd_compute * BWD_COMPUTE_MULTIPLIER + 0.0,
         bwd_comms,
         input_dist_comms,
@@ -394,13 +612,23 @@ fn shard_perf(cfg: &TorchRecConfig, st: ShardingType, x: &TableInputs, cols: u64
     }
 }
 
-/// The HBM bytes of one shard (`calculate_shard_storages`, training, no pipeline), by the memory model.
-fn shard_storage(cfg: &TorchRecConfig, st: ShardingType, t: &TableSpec, sizes: [u64; 2], world: usize) -> Result<u64> {
+/// The storage of one shard (`calculate_shard_storages`, training, no pipeline), by the memory model:
+/// `(HBM, host DRAM)` bytes of `t` in the tier of the option's kernel.
+fn shard_storage(
+    cfg: &TorchRecConfig,
+    st: ShardingType,
+    t: &TableSpec,
+    sizes: [u64; 2],
+    world: usize,
+    local: usize,
+) -> Result<(u64, u64)> {
     let layout = match st {
-        ShardingType::TableWise | ShardingType::ColumnWise => Layout::Columns,
+        ShardingType::TableWise | ShardingType::ColumnWise | ShardingType::TableColumnWise => Layout::Columns,
         ShardingType::RowWise => Layout::Rows,
+        ShardingType::TableRowWise => Layout::HostRows(local),
     };
-    cfg.memory.shard(t, layout, sizes[0], sizes[1], world)?.total_bytes()
+    let m = cfg.memory.shard(t, layout, sizes[0], sizes[1], world)?;
+    Ok((m.total_bytes()?, m.host_bytes))
 }
 
 /// `_get_block_size_for_cw_shard` with no `min_partition` constraint.
@@ -410,40 +638,11 @@ fn column_block(dim: u32) -> u32 {
     if dim.is_multiple_of(block) { block } else { dim }
 }
 
-/// Row counts per rank: `_calculate_rw_shard_sizes_and_offsets`, or the uneven variant (in proportion
-/// to the HBM caps) when the caps differ, as TorchRec does with a custom topology.
-#[must_use]
-pub fn row_split(rows: u64, caps: &[u64]) -> Vec<u64> {
-    let n = caps.len();
-    if caps.iter().all(|&c| c == caps[0]) {
-        let block = (rows as f64 / n as f64).ceil() as u64;
-        let last_rank = rows / block;
-        let last_block = rows - block * last_rank;
-        (0..n as u64)
-            .map(|r| match r.cmp(&last_rank) {
-                std::cmp::Ordering::Less => block,
-                std::cmp::Ordering::Equal => last_block,
-                std::cmp::Ordering::Greater => 0,
-            })
-            .collect()
-    } else {
-        let total: u64 = caps.iter().sum();
-        let mut done = 0;
-        let mut out: Vec<u64> = caps[..n - 1]
-            .iter()
-            .map(|&c| {
-                let r = (rows as f64 * (c as f64 / total as f64)) as u64;
-                done += r;
-                r
-            })
-            .collect();
-        out.push(rows - done);
-        out
-    }
-}
+pub use crate::memory::row_split;
 
 /// Enumerates and estimates every option of every table (TorchRec's search space), per table in
-/// TorchRec's order: table-wise, column-wise, row-wise (those enabled in `cfg`).
+/// TorchRec's order: by sharding type (those enabled in `cfg`), then by compute kernel (the config's for a
+/// table in HBM, its own for a table whose tier the task fixes).
 pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOption>>> {
     let caps = task.devices.mem_cap_bytes();
     let world = caps.len();
@@ -453,18 +652,27 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
     types.dedup();
     let mut out = Vec::with_capacity(task.tables.len());
     for (table_id, t) in task.tables.iter().enumerate() {
-        let x = table_inputs(t, &cfg.memory, cfg);
-        let mut options = Vec::with_capacity(types.len());
+        let x = table_inputs(t, &cfg.memory);
+        let mut kernels = cfg.kernels_for(t);
+        kernels.sort_by_key(|&(k, _)| k);
+        kernels.dedup_by_key(|&mut (k, _)| k);
+        let mut options = Vec::with_capacity(types.len() * kernels.len());
         for &st in &types {
             let geometry: Vec<([u64; 2], [u64; 2])> = match st {
                 ShardingType::TableWise => vec![([0, 0], [t.rows, u64::from(t.dim)])],
-                ShardingType::ColumnWise => {
+                ShardingType::ColumnWise | ShardingType::TableColumnWise => {
                     let b = column_block(t.dim);
                     (0..t.dim / b).map(|k| ([0, u64::from(k * b)], [t.rows, u64::from(b)])).collect()
                 }
-                ShardingType::RowWise => {
+                ShardingType::RowWise | ShardingType::TableRowWise => {
+                    // Table-row-wise splits evenly over one host's ranks, whatever their caps.
+                    let split = if st == ShardingType::RowWise {
+                        row_split(t.rows, caps)
+                    } else {
+                        row_split(t.rows, &vec![1; local])
+                    };
                     let mut offset = 0;
-                    row_split(t.rows, caps)
+                    split
                         .into_iter()
                         .map(|r| {
                             let g = ([offset, 0], [r, u64::from(t.dim)]);
@@ -474,18 +682,30 @@ pub fn enumerate(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<Vec<ShardingOp
                         .collect()
                 }
             };
-            let shards = geometry
-                .into_iter()
-                .map(|(offsets, sizes)| {
-                    Ok(Shard {
-                        offsets,
-                        sizes,
-                        perf: shard_perf(cfg, st, &x, sizes[1], world, local),
-                        storage_hbm: shard_storage(cfg, st, t, sizes, world)?,
+            for &(kernel, clf) in &kernels {
+                let kernel_bw = cfg.kernel_bw(kernel, clf.unwrap_or(DEFAULT_CACHE_LOAD_FACTOR));
+                let in_tier = t.clone().with_tier(kernel.tier(clf.unwrap_or(DEFAULT_CACHE_LOAD_FACTOR)));
+                let shards = geometry
+                    .iter()
+                    .map(|&(offsets, sizes)| {
+                        let (storage_hbm, storage_ddr) = shard_storage(cfg, st, &in_tier, sizes, world, local)?;
+                        Ok(Shard {
+                            offsets,
+                            sizes,
+                            perf: shard_perf(cfg, st, kernel_bw, &x, sizes[1], world, local),
+                            storage_hbm,
+                            storage_ddr,
+                        })
                     })
-                })
-                .collect::<Result<_>>()?;
-            options.push(ShardingOption { table_id, sharding_type: st, shards });
+                    .collect::<Result<_>>()?;
+                options.push(ShardingOption {
+                    table_id,
+                    sharding_type: st,
+                    compute_kernel: kernel,
+                    cache_load_factor: clf,
+                    shards,
+                });
+            }
         }
         out.push(options);
     }
@@ -500,60 +720,126 @@ pub fn reserve_storage(task: &Task, cfg: &TorchRecConfig) -> Result<Vec<u64>> {
     MemoryRule::TorchRec(cfg.memory).usable_bytes(&task.tables, &task.devices)
 }
 
+/// Host DRAM per rank for UVM kernels: the task's host DRAM shared by its host's devices (TorchRec's
+/// `ddr_cap`, 128 GiB per rank by default).
+#[must_use]
+pub fn ddr_per_rank(task: &Task) -> Vec<u64> {
+    let (dram, per_host) = crate::memory::host_dram(task);
+    let per_host = per_host.max(1);
+    (0..task.devices.count()).map(|d| dram.get(d / per_host).copied().unwrap_or(0) / per_host as u64).collect()
+}
+
 /// State of one rank during partitioning.
 #[derive(Clone)]
 struct Rank {
     hbm: u64,
+    ddr: u64,
     perf: Perf,
 }
 
-/// `GreedyPerfPartitioner.partition`: ranks of every shard of every option of `proposal`, or `None`
-/// when a shard fits nowhere.
+impl Rank {
+    fn fits(&self, s: &Shard) -> bool {
+        s.storage_hbm <= self.hbm && s.storage_ddr <= self.ddr
+    }
+
+    fn take(&mut self, s: &Shard) {
+        self.hbm -= s.storage_hbm;
+        self.ddr -= s.storage_ddr;
+        self.perf.add(&s.perf);
+    }
+}
+
+/// The rank among `candidates` (by index into `ranks`) where `s` fits with the lowest summed perf (ties:
+/// local rank, then rank), as `GreedyPerfPartitioner`'s heap of `OrderedDeviceHardware` picks it.
+fn least_loaded(ranks: &[Rank], candidates: std::ops::Range<usize>, s: &Shard, local: usize) -> Option<usize> {
+    candidates.filter(|&r| ranks[r].fits(s)).min_by(|&a, &b| {
+        ranks[a].perf.total().total_cmp(&ranks[b].perf.total()).then((a % local).cmp(&(b % local))).then(a.cmp(&b))
+    })
+}
+
+/// `GreedyPerfPartitioner.partition` (sort by storage): ranks of every shard of every option of
+/// `proposal`, or `None` when a shard fits nowhere. `usable` and `ddr` are each rank's HBM and host DRAM.
 fn partition(
     space: &[Vec<ShardingOption>],
     proposal: &[usize],
     usable: &[u64],
+    ddr: &[u64],
     local: usize,
 ) -> Option<Vec<Vec<usize>>> {
-    let mut ranks: Vec<Rank> = usable.iter().map(|&hbm| Rank { hbm, perf: Perf::default() }).collect();
+    let mut ranks: Vec<Rank> =
+        usable.iter().zip(ddr).map(|(&hbm, &ddr)| Rank { hbm, ddr, perf: Perf::default() }).collect();
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); proposal.len()];
     // Uniform (row-wise) options first: shard i on rank i.
     for (t, &o) in proposal.iter().enumerate() {
         let opt = &space[t][o];
-        if opt.sharding_type.by_device() {
+        if opt.sharding_type.partition_by() != PartitionBy::Uniform {
             continue;
         }
         if opt.shards.len() != ranks.len() {
             return None;
         }
         for (i, s) in opt.shards.iter().enumerate() {
-            let need = s.storage_hbm;
-            if need > ranks[i].hbm {
+            if !ranks[i].fits(s) {
                 return None;
             }
-            ranks[i].hbm -= need;
-            ranks[i].perf.add(&s.perf);
+            ranks[i].take(s);
             out[t].push(i);
         }
     }
-    // Device-partitioned options, largest total storage first (stable: table order on ties).
-    let mut order: Vec<usize> =
-        (0..proposal.len()).filter(|&t| space[t][proposal[t]].sharding_type.by_device()).collect();
-    order.sort_by(|&a, &b| space[b][proposal[b]].total_storage_hbm().cmp(&space[a][proposal[a]].total_storage_hbm()));
+    // The other options, largest total storage `(hbm, ddr)` first (stable: table order on ties).
+    let mut order: Vec<usize> = (0..proposal.len())
+        .filter(|&t| space[t][proposal[t]].sharding_type.partition_by() != PartitionBy::Uniform)
+        .collect();
+    order.sort_by(|&a, &b| space[b][proposal[b]].total_storage().cmp(&space[a][proposal[a]].total_storage()));
+    let hosts = ranks.len() / local;
     for t in order {
-        for s in &space[t][proposal[t]].shards {
-            let need = s.storage_hbm;
-            let best = (0..ranks.len()).filter(|&r| need <= ranks[r].hbm).min_by(|&a, &b| {
-                ranks[a]
-                    .perf
-                    .total()
-                    .total_cmp(&ranks[b].perf.total())
-                    .then((a % local).cmp(&(b % local)))
-                    .then(a.cmp(&b))
-            })?;
-            ranks[best].hbm -= need;
-            ranks[best].perf.add(&s.perf);
-            out[t].push(best);
+        let opt = &space[t][proposal[t]];
+        match opt.sharding_type.partition_by() {
+            PartitionBy::Device => {
+                for s in &opt.shards {
+                    let best = least_loaded(&ranks, 0..ranks.len(), s, local)?;
+                    ranks[best].take(s);
+                    out[t].push(best);
+                }
+            }
+            PartitionBy::Host => {
+                // `_cohost_partition`: hosts by summed perf (stable), the first whose storage holds the
+                // option and where its shards fit: table-row-wise shard i on the host's rank i,
+                // table-column-wise shard by shard onto the host's least-loaded rank.
+                let host_perf =
+                    |h: usize| ranks[h * local..(h + 1) * local].iter().fold(0.0, |a, r| a + r.perf.total());
+                let mut order: Vec<usize> = (0..hosts).collect();
+                order.sort_by(|&a, &b| host_perf(a).total_cmp(&host_perf(b)));
+                let (need_hbm, need_ddr) = opt.total_storage();
+                let placed = order.into_iter().find_map(|h| {
+                    let span = h * local..(h + 1) * local;
+                    let have = ranks[span.clone()]
+                        .iter()
+                        .fold((0u128, 0u128), |(a, b), r| (a + u128::from(r.hbm), b + u128::from(r.ddr)));
+                    if need_hbm > have.0 || need_ddr > have.1 {
+                        return None;
+                    }
+                    let mut trial = ranks.clone();
+                    let mut where_: Vec<usize> = Vec::with_capacity(opt.shards.len());
+                    for (i, s) in opt.shards.iter().enumerate() {
+                        let r = if opt.sharding_type.is_row_wise() {
+                            if opt.shards.len() != local {
+                                return None;
+                            }
+                            Some(span.start + i).filter(|&r| trial[r].fits(s))?
+                        } else {
+                            least_loaded(&trial, span.clone(), s, local)?
+                        };
+                        trial[r].take(s);
+                        where_.push(r);
+                    }
+                    Some((trial, where_))
+                });
+                let (trial, where_) = placed?;
+                ranks = trial;
+                out[t] = where_;
+            }
+            PartitionBy::Uniform => {}
         }
     }
     Some(out)
@@ -602,17 +888,25 @@ impl Proposer {
 
     fn uniform(space: &[Vec<ShardingOption>]) -> Self {
         // Sharding types in order of first appearance in the search space; a type is proposed when
-        // every table has it (each table has at most one option per type here).
+        // every table has it, each table at its option of that type with the lowest max shard perf (the
+        // first of equals, as Python's stable sort leaves them).
         let mut types: Vec<ShardingType> = Vec::new();
         for o in space.iter().flatten() {
             if !types.contains(&o.sharding_type) {
                 types.push(o.sharding_type);
             }
         }
-        let proposals = types
-            .into_iter()
-            .filter_map(|st| space.iter().map(|opts| opts.iter().position(|o| o.sharding_type == st)).collect())
-            .collect();
+        let best_of_type = |opts: &[ShardingOption], st: ShardingType| {
+            let mut best: Option<usize> = None;
+            for (i, o) in opts.iter().enumerate().filter(|(_, o)| o.sharding_type == st) {
+                if best.is_none_or(|b| o.score(true) < opts[b].score(true)) {
+                    best = Some(i);
+                }
+            }
+            best
+        };
+        let proposals =
+            types.into_iter().filter_map(|st| space.iter().map(|opts| best_of_type(opts, st)).collect()).collect();
         Self::Uniform { proposals, next: 0 }
     }
 
@@ -650,14 +944,20 @@ impl Proposer {
             }
             Self::Greedy { sorted, current } => {
                 let Some(idx) = current else { return };
-                // Advance the table whose current option has the largest (max shard HBM, summed HBM).
+                // Advance the table whose current option has the largest (max shard HBM, summed HBM,
+                // max shard host DRAM, summed host DRAM).
                 let mut largest: Option<usize> = None;
-                let mut largest_storage = (0u64, 0u64);
+                let mut largest_storage = (0u64, 0u128, 0u64, 0u128);
                 for (t, &i) in idx.iter().enumerate() {
                     if i + 1 < sorted[t].len() {
                         let opt = &space[t][sorted[t][i]];
-                        let storage =
-                            (opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0), opt.total_storage_hbm());
+                        let (sum_hbm, sum_ddr) = opt.total_storage();
+                        let storage = (
+                            opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0),
+                            sum_hbm,
+                            opt.shards.iter().map(|s| s.storage_ddr).max().unwrap_or(0),
+                            sum_ddr,
+                        );
                         if storage > largest_storage {
                             largest = Some(t);
                             largest_storage = storage;
@@ -688,6 +988,7 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
     let world = task.devices.count();
     let local = cfg.validate(world)?;
     let usable = reserve_storage(task, cfg)?;
+    let ddr = ddr_per_rank(task);
     let space = enumerate(task, cfg)?;
     let mut proposers = [
         Proposer::grid(&space),
@@ -698,7 +999,7 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
     let mut tried: HashSet<Vec<usize>> = HashSet::new();
     let mut best: Option<(f64, Vec<usize>, Vec<Vec<usize>>)> = None;
     let (mut num_proposals, mut num_plans) = (0, 0);
-    let mut lowest_storage = u128::MAX;
+    let mut lowest_storage = (u128::MAX, u128::MAX);
     let mut stopped = false;
     'proposers: for proposer in &mut proposers {
         while let Some(proposal) = proposer.propose() {
@@ -711,15 +1012,17 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
                 continue;
             }
             num_proposals += 1;
-            if let Some(ranks_of) = partition(&space, &proposal, &usable, local) {
+            if let Some(ranks_of) = partition(&space, &proposal, &usable, &ddr, local) {
                 num_plans += 1;
                 let rating = rate(&space, &proposal, &ranks_of, world);
                 if best.as_ref().is_none_or(|(b, _, _)| rating < *b) {
                     best = Some((rating, proposal.clone(), ranks_of));
                 }
             } else {
-                let storage: u128 =
-                    proposal.iter().enumerate().map(|(t, &o)| u128::from(space[t][o].total_storage_hbm())).sum();
+                let storage = proposal.iter().enumerate().fold((0u128, 0u128), |(h, d), (t, &o)| {
+                    let (oh, od) = space[t][o].total_storage();
+                    (h + oh, d + od)
+                });
                 lowest_storage = lowest_storage.min(storage);
             }
             tried.insert(proposal);
@@ -728,13 +1031,21 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
     }
     let Some((objective_ms, proposal, ranks_of)) = best else {
         let available: u128 = usable.iter().map(|&u| u128::from(u)).sum();
-        let why = if lowest_storage > available { "insufficient storage" } else { "no proposal could be partitioned" };
+        let available_ddr: u128 = ddr.iter().map(|&u| u128::from(u)).sum();
+        let short = lowest_storage.0 > available || lowest_storage.1 > available_ddr;
+        let why = if short { "insufficient storage" } else { "no proposal could be partitioned" };
+        let bytes = |b: u128| crate::units::format_bytes_exact(u64::try_from(b).unwrap_or(u64::MAX));
+        let host = if lowest_storage.1 > 0 {
+            format!(" (and {} of host DRAM, {} available)", bytes(lowest_storage.1), bytes(available_ddr))
+        } else {
+            String::new()
+        };
         return Err(Error::NoPlan {
             planner: "torchrec".into(),
             reason: format!(
-                "{why}: {num_proposals} proposals tried; the smallest needs {}, {} are available over {world} ranks after the storage reservation",
-                crate::units::format_bytes_exact(u64::try_from(lowest_storage).unwrap_or(u64::MAX)),
-                crate::units::format_bytes_exact(u64::try_from(available).unwrap_or(u64::MAX))
+                "{why}: {num_proposals} proposals tried; the smallest needs {} of HBM{host}, {} are available over {world} ranks after the storage reservation",
+                bytes(lowest_storage.0),
+                bytes(available)
             ),
         });
     };
@@ -777,16 +1088,28 @@ pub fn price_plan(task: &Task, plan: &Plan, cfg: &TorchRecConfig) -> Result<Torc
     let mut rank_ms = vec![0.0f64; world];
     for group in plan.table_groups() {
         let t = &task.tables[group[0].table_id];
-        let x = table_inputs(t, &cfg.memory, &cfg);
-        if group[0].rows.is_some() {
-            let perf = shard_perf(&cfg, ShardingType::RowWise, &x, u64::from(t.dim), world, local).total();
-            for r in &mut rank_ms {
-                *r += perf;
+        let x = table_inputs(t, &cfg.memory);
+        let kernel_bw =
+            cfg.kernel_bw(ComputeKernel::of(t.tier), t.cache_load_factor().unwrap_or(DEFAULT_CACHE_LOAD_FACTOR));
+        let st = sharding_type_of(task, group);
+        match st {
+            ShardingType::RowWise => {
+                let perf = shard_perf(&cfg, st, kernel_bw, &x, u64::from(t.dim), world, local).total();
+                for r in &mut rank_ms {
+                    *r += perf;
+                }
             }
-        } else {
-            let st = if group.len() == 1 { ShardingType::TableWise } else { ShardingType::ColumnWise };
-            for p in group {
-                rank_ms[p.device] += shard_perf(&cfg, st, &x, u64::from(p.dim), world, local).total();
+            ShardingType::TableRowWise => {
+                let perf = shard_perf(&cfg, st, kernel_bw, &x, u64::from(t.dim), world, local).total();
+                let host = group[0].device / local;
+                for r in &mut rank_ms[host * local..(host + 1) * local] {
+                    *r += perf;
+                }
+            }
+            _ => {
+                for p in group {
+                    rank_ms[p.device] += shard_perf(&cfg, st, kernel_bw, &x, u64::from(p.dim), world, local).total();
+                }
             }
         }
     }
@@ -794,11 +1117,28 @@ pub fn price_plan(task: &Task, plan: &Plan, cfg: &TorchRecConfig) -> Result<Torc
     Ok(TorchRecPricing { rank_ms, objective_ms, batch_per_rank: cfg.memory.batch_per_rank() })
 }
 
-/// The `torchrec` planner: [`plan_torchrec`] with [`TorchRecConfig::default`] — the memory parameters
-/// taken from the task when it runs under [`MemoryRule::TorchRec`] — returned as a shardplan [`Plan`].
-/// It ignores the context's cost model (TorchRec plans with its own estimates) and refuses a plan that
-/// would overfill a device under the task's memory rule (the weights rule counts shardplan's optimizer
-/// state, which can exceed TorchRec's for row-wise Adagrad state on fp16 tables).
+/// TorchRec's sharding type for one table's pieces (a plan's table group): an unsplit table is
+/// `table_wise`, column pieces `column_wise`, row pieces `row_wise` or `table_row_wise`, as
+/// [`crate::memory::group_layout`] reads them. The TorchRec export and [`price_plan`] read a plan
+/// through it.
+#[must_use]
+pub fn sharding_type_of(task: &Task, group: &[Piece]) -> ShardingType {
+    match crate::memory::group_layout(task, group) {
+        Layout::Columns if group.len() <= 1 => ShardingType::TableWise,
+        Layout::Columns => ShardingType::ColumnWise,
+        Layout::Rows => ShardingType::RowWise,
+        Layout::HostRows(_) => ShardingType::TableRowWise,
+    }
+}
+
+/// The `torchrec` planner: [`plan_torchrec`] with its config ([`TorchRecConfig::default`], TorchRec's
+/// default planner) — the memory parameters taken from the task when it runs under
+/// [`MemoryRule::TorchRec`] — returned as a shardplan [`Plan`]. It ignores the context's cost model
+/// (TorchRec plans with its own estimates) and refuses a plan that would overfill a device under the
+/// task's memory rule (the weights rule counts shardplan's optimizer state, which can exceed TorchRec's
+/// for row-wise Adagrad state on fp16 tables). [`Planner::plan`] keeps every table in the tier the task
+/// gives it (`fused` for a table in HBM); [`Planner::plan_tiered`] lets TorchRec choose the compute
+/// kernel of every table the task leaves in HBM, as TorchRec's default planner does.
 #[derive(Debug, Clone, Default)]
 pub struct TorchRecPlanner {
     /// TorchRec's inputs.
@@ -806,15 +1146,21 @@ pub struct TorchRecPlanner {
     stats: StatsCell,
 }
 
-impl Planner for TorchRecPlanner {
-    fn name(&self) -> &'static str {
-        "torchrec"
+impl TorchRecPlanner {
+    /// The port with `config`.
+    #[must_use]
+    pub fn new(config: TorchRecConfig) -> Self {
+        Self { config, stats: StatsCell::default() }
     }
 
-    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+    /// Plans with `kernels` for the tables the task leaves in HBM; the task as planned and the plan.
+    fn run(&self, task: &Task, ctx: &PlanContext<'_>, kernels: Option<Vec<ComputeKernel>>) -> Result<(Task, Plan)> {
         let mut config = self.config.clone();
         if let MemoryRule::TorchRec(m) = task.memory {
             config.memory = m;
+        }
+        if let Some(k) = kernels {
+            config.compute_kernels = k;
         }
         let watch = ctx.stopwatch();
         let outcome = plan_torchrec_until(task, &config, &|| watch.out_of_time())?;
@@ -824,8 +1170,9 @@ impl Planner for TorchRecPlanner {
             stopped_early: outcome.stopped_early,
             ..SearchStats::default()
         });
+        let tiered = outcome.tiered_task(task);
         let plan = outcome.to_plan(task)?;
-        let over = crate::memory::plan_violations(task, &plan)?;
+        let over = crate::memory::plan_violations(&tiered, &plan)?;
         if !over.is_empty() {
             return Err(Error::NoPlan {
                 planner: "torchrec".into(),
@@ -836,7 +1183,24 @@ impl Planner for TorchRecPlanner {
                 ),
             });
         }
-        Ok(plan)
+        Ok((tiered, plan))
+    }
+}
+
+impl Planner for TorchRecPlanner {
+    fn name(&self) -> &'static str {
+        "torchrec"
+    }
+
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        Ok(self.run(task, ctx, Some(vec![ComputeKernel::Fused]))?.1)
+    }
+
+    fn plan_tiered(&self, task: &Task, ctx: &PlanContext<'_>, mode: TierMode) -> Result<(Task, Plan)> {
+        match mode {
+            TierMode::Auto => self.run(task, ctx, None),
+            TierMode::Hbm => self.run(task, ctx, Some(vec![ComputeKernel::Fused])),
+        }
     }
 
     fn last_stats(&self) -> Option<SearchStats> {
@@ -874,7 +1238,7 @@ mod tests {
     fn hand_computed_table_wise_shard() {
         // 1000 x 64 fp32, pf 2, B = 512, W = 4: bi = 1024, bo = 512.
         let task = Task::new(vec![table("a", 1000, 64, 2.0)], Devices::uniform(4, 1 << 30).unwrap()).unwrap();
-        let space = enumerate(&task, &TorchRecConfig::default()).unwrap();
+        let space = enumerate(&task, &TorchRecConfig::fused_hbm()).unwrap();
         let tw = &space[0][0].shards[0];
         let input = 1024.0 * 4.0 * 8.0;
         let lookup = 1024.0 * 4.0 * 64.0 * 4.0;
@@ -892,17 +1256,46 @@ mod tests {
         assert_eq!(rw.shards[0].perf.fwd_compute, fwd_rw);
         assert_eq!(rw.shards[0].perf.bwd_comms, out / INTRA_NODE_BANDWIDTH + out * 2.455 / HBM_MEM_BW);
         assert_eq!(rw.shards[0].storage_hbm, 250 * 64 * 4 + 8_192 + 524_288);
+        // The default search adds table-column-wise and table-row-wise and the UVM kernels, in TorchRec's
+        // order: 5 sharding types × 3 kernels. On one host table-row-wise prices as row-wise.
+        let all = enumerate(&task, &TorchRecConfig::default()).unwrap();
+        let kinds: Vec<(&str, &str)> =
+            all[0].iter().map(|o| (o.sharding_type.as_str(), o.compute_kernel.as_str())).collect();
+        assert_eq!(kinds.len(), 15);
+        assert_eq!(
+            &kinds[..4],
+            &[
+                ("table_wise", "fused"),
+                ("table_wise", "fused_uvm"),
+                ("table_wise", "fused_uvm_caching"),
+                ("column_wise", "fused")
+            ]
+        );
+        assert_eq!(all[0][9].shards[0].perf, all[0][12].shards[0].perf);
+        // `fused_uvm` reads at a tenth of the host link; its weights move to host memory, whose bytes
+        // TorchRec counts as DDR.
+        let uvm = &all[0][1].shards[0];
+        assert_eq!(uvm.perf.fwd_compute, (input + lookup + out) * 1.15 / (HBM_TO_DDR_MEM_BW / 10.0));
+        assert_eq!((uvm.storage_hbm, uvm.storage_ddr), (32_768 + 524_288, 1000 * 64 * 4));
+        // `fused_uvm_caching` at 0.2: HBM holds round(0.2 · 256,000) of weights and 1000 · (4 + 3.2) of
+        // cache state.
+        let cached = &all[0][2].shards[0];
+        assert_eq!((cached.storage_hbm, cached.storage_ddr), (51_200 + 7_200 + 32_768 + 524_288, 256_000));
     }
 
     #[test]
     fn reservation_and_no_fit_errors_are_clear() {
-        let cfg = TorchRecConfig::default();
+        let cfg = TorchRecConfig::fused_hbm();
         let task = Task::new(vec![table("a", 1000, 64, 2.0)], Devices::uniform(2, 1_000_000).unwrap()).unwrap();
         // int(0.85 · 1e6) − ceil(2 · 512 · 8) · 20.
         assert_eq!(reserve_storage(&task, &cfg).unwrap(), vec![850_000 - 163_840; 2]);
         let big = Task::new(vec![table("a", 10_000_000, 64, 2.0)], Devices::uniform(2, 1 << 30).unwrap()).unwrap();
         let e = plan_torchrec(&big, &cfg).unwrap_err().to_string();
         assert!(e.contains("insufficient storage"), "{e}");
+        // With the UVM kernels (TorchRec's default) the table goes to host memory behind a cache.
+        let out = plan_torchrec(&big, &TorchRecConfig::default()).unwrap();
+        assert_eq!(out.options[0].0.compute_kernel, ComputeKernel::FusedUvmCaching);
+        assert_eq!(out.tiered_task(&big).tables[0].tier, Tier::Cached(0.2));
         // 200 lookups per sample: 200 · 512 · 8 · 20 bytes of input indices, far more than a 1000-byte rank.
         let tiny = Task::new(vec![table("a", 10, 4, 200.0)], Devices::uniform(2, 1000).unwrap()).unwrap();
         let e = plan_torchrec(&tiny, &cfg).unwrap_err();
@@ -917,7 +1310,7 @@ mod tests {
         let task =
             Task::new(vec![table("a", 100, 8, 1.0), table("b", 100, 8, 1.0)], Devices::uniform(2, 1 << 30).unwrap())
                 .unwrap();
-        let space = enumerate(&task, &TorchRecConfig::default()).unwrap();
+        let space = enumerate(&task, &TorchRecConfig::fused_hbm()).unwrap();
         let mut p = Proposer::grid(&space);
         let mut seen = Vec::new();
         while let Some(x) = p.propose() {

@@ -657,6 +657,8 @@ fn a_task_larger_than_all_memory_says_so_first_in_readable_units() {
             "bytes) of weights and optimizer state",
             "usable in total",
             "at least",
+            "kept in host memory, they would need",
+            "of host DRAM, more than the 512.00 GiB of the 1 host (--host-dram)",
         ],
     );
     assert!(!dir.join("p.json").exists());
@@ -811,11 +813,11 @@ fn tables_too_big_for_hbm_go_to_host_memory_behind_caches() {
     let big = ["plan", "--sample", "48", "--max-dim", "128", "--devices", "4", "--mem", "2GiB", "--seed", "11"];
     let (o, text) = run(bin().args(big).arg("--out").arg(&out));
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("Tiers: ") && text.contains("in host memory behind HBM caches"), "{text}");
+    assert!(text.contains("Tiers: ") && text.contains("in host memory (HBM cache share of rows: "), "{text}");
     assert!(text.contains("host DRAM") && text.contains("cache state"), "{text}");
     let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(doc.report.feasible);
-    assert!(doc.task.tables.iter().any(|t| t.cache_load_factor.is_some()));
+    assert!(doc.task.tables.iter().any(planner_core::TableSpec::in_host_memory));
     // The document prices the same again (the tiers travel with its task).
     let (o, text) = run(bin().args(["evaluate", "--out"]).arg(dir.join("e.json")).arg(&out));
     assert!(o.status.success(), "{text}");
@@ -825,7 +827,7 @@ fn tables_too_big_for_hbm_go_to_host_memory_behind_caches() {
     check_fails(bin().args(big).args(["--tiers", "hbm", "--out"]).arg(dir.join("x.json")), &["usable in total"]);
     check_fails(
         bin().args(big).args(["--host-dram", "8GiB", "--out"]).arg(dir.join("x.json")),
-        &["host DRAM", "8.00 GiB in total"],
+        &["host DRAM", "more than the 8.00 GiB of the 1 host"],
     );
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"[{"name": "a", "rows": 1000, "dim": 8, "pooling_factor": 1, "cache_load_factor": 1.5}]"#)
