@@ -859,3 +859,20 @@ async fn run_on(
         source_missing: out.source_missing,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.50), 50);
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&v, 1.0), 100);
+        assert_eq!(percentile(&[7], 0.99), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+        // With fewer than 100 requests the 99th percentile is the largest, not an interpolation.
+        assert_eq!(percentile(&[1, 2, 3], 0.99), 3);
+    }
+}
