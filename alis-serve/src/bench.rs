@@ -30,7 +30,7 @@ use anyhow::{Context, bail};
 use futures_util::future::join_all;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Servers};
 use crate::wire::{BATCH_ROWS, Key, Request, Response, fill_row, row_matches, values_hash};
@@ -45,7 +45,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(2);
 const KILL_DELAY_MAX_US: u64 = 3000;
 
 /// The load generator.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Load {
     /// `concurrency` clients, each sending its next request when the previous one is answered.
@@ -98,7 +98,7 @@ pub enum Fault {
 pub const PHASES: [&str; 4] = ["copy", "switch", "drain", "delete"];
 
 /// What one run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellReport {
     /// Strategy name.
     pub strategy: String,

@@ -32,10 +32,20 @@ struct Cli {
 enum Command {
     /// Run the serving benchmark: every strategy × shard count × seed on fresh servers.
     Bench(Box<BenchArgs>),
+    /// Print the table of one or more JSON reports written by `bench --out` (runs made separately, e.g.
+    /// one strategy at a time, in one table).
+    Report(ReportArgs),
     /// Run one shard server (started by `bench`; announces `ready ADDR rows=N torn_bytes=B` on stdout and
     /// exits when its standard input closes).
     #[command(hide = true)]
     Server(ServerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// JSON reports of `shardplan-serve bench --out`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -209,6 +219,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Bench(a) => run_bench(a),
         Command::Server(a) => run_server(a),
+        Command::Report(a) => run_report(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,6 +254,24 @@ fn run_server(a: &ServerArgs) -> anyhow::Result<()> {
             .context("starting the standard-input watcher")?;
         started.serve().await.with_context(|| format!("server {}", a.shard))
     })
+}
+
+/// The part of a report file that `report` reads.
+#[derive(serde::Deserialize)]
+struct ReportFile {
+    cells: Vec<CellReport>,
+}
+
+fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
+    let mut cells = Vec::new();
+    for f in &a.files {
+        let text = shardplan_files::read_text_capped(f, 1 << 30)?;
+        let r: ReportFile = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a `shardplan-serve bench` report", f.display()))?;
+        cells.extend(r.cells);
+    }
+    println!("{}", alis_serve::report::markdown(&cells));
+    Ok(())
 }
 
 fn read_stream(path: &Path) -> anyhow::Result<Stream> {

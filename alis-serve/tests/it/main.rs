@@ -167,6 +167,7 @@ fn bad_flags_are_refused_by_name() {
     check(&["bench", "--synthetic", "--epsilon=-1"], "epsilon");
     check(&["bench", "--input", "/nonexistent/stream.jsonl"], "/nonexistent/stream.jsonl");
     check(&["bench"], "--input FILE or --synthetic");
+    check(&["report", "/nonexistent/report.json"], "/nonexistent/report.json");
     // A server refuses a log written for another dimension, naming both.
     let dir = data_dir("dim");
     let first = Command::new(EXE)
@@ -185,5 +186,37 @@ fn bad_flags_are_refused_by_name() {
         .unwrap_or_else(|e| panic!("{e}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--dim 4") && err.contains("dimension 8"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_binary_runs_a_benchmark_and_reads_its_report_back() {
+    // The command line end to end: `bench` starts its servers by re-executing itself, writes the JSON
+    // report, and `report` renders the same table from it.
+    let dir = data_dir("cli");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let json = dir.join("r.json");
+    let out = Command::new(EXE)
+        .args(["bench", "--synthetic", "--shards", "2", "--strategies", "hash,alis", "--windows", "3"])
+        .args(["--requests-per-window", "100", "--communities", "4", "--items-per-community", "30", "--dim", "8"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--out")
+        .arg(&json)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("### S = 2") && table.contains("| hash |") && table.contains("| alis |"), "{table}");
+    assert!(!dir.join("data").join("S2-alis-seed0").exists(), "a run's logs are removed without --keep-data");
+    let again = Command::new(EXE).arg("report").arg(&json).output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let rows = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("| hash |") || l.starts_with("| alis |"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rows(&String::from_utf8_lossy(&again.stdout)), rows(&table));
     let _ = std::fs::remove_dir_all(&dir);
 }
