@@ -770,22 +770,40 @@ async fn run_on(
             }
         }
         Load::Open { rate_per_s } => {
-            let mut tasks = Vec::new();
-            for i in 0..n {
-                let at = run_start + Duration::from_secs_f64(i as f64 / rate_per_s);
-                if at >= deadline {
-                    break;
-                }
-                tokio::time::sleep_until(at.into()).await;
-                let (router, recs, finish) = (router.clone(), recs.clone(), finish.clone());
-                let lanes = bench.lanes;
-                tasks.push(tokio::spawn(async move {
-                    let w = i / win;
-                    let rec = router.serve(i, i % lanes, w, at, run_start).await;
-                    recs.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
-                    finish(w);
-                }));
-            }
+            // The schedule is kept by a thread of its own with the OS's sleep (tens of microseconds of slack)
+            // rather than the runtime's timer, whose 1 ms ticks would release requests in bursts and add up
+            // to a millisecond to every latency counted from its scheduled time.
+            let rt = tokio::runtime::Handle::current();
+            let lanes = bench.lanes;
+            let (router, recs, finish) = (router.clone(), recs.clone(), finish.clone());
+            let dispatcher = std::thread::Builder::new()
+                .name("open-loop".into())
+                .spawn(move || {
+                    let mut tasks = Vec::new();
+                    for i in 0..n {
+                        let at = run_start + Duration::from_secs_f64(i as f64 / rate_per_s);
+                        if at >= deadline {
+                            break;
+                        }
+                        let now = Instant::now();
+                        if at > now {
+                            std::thread::sleep(at - now);
+                        }
+                        let (router, recs, finish) = (router.clone(), recs.clone(), finish.clone());
+                        tasks.push(rt.spawn(async move {
+                            let w = i / win;
+                            let rec = router.serve(i, i % lanes, w, at, run_start).await;
+                            recs.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
+                            finish(w);
+                        }));
+                    }
+                    tasks
+                })
+                .context("starting the open-loop dispatcher")?;
+            let tasks = tokio::task::spawn_blocking(move || dispatcher.join())
+                .await
+                .context("joining the open-loop dispatcher")?
+                .map_err(|_| anyhow::anyhow!("the open-loop dispatcher panicked"))?;
             for r in join_all(tasks).await {
                 r.context("load task")?;
             }
