@@ -8,7 +8,9 @@ BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with
 predicted for the plan's cost, for every device's compute (devices predicted under 0.5 ms are left out),
 and for the bottleneck device's compute, with the share of devices the model underprices by more than
 25%. A search that walks to the sets its model underprices shows up as a planner whose ratios sit above
-the others'. Standard library only.
+the others'. Then, over every cell, device compute by what the device holds (from the plan documents
+beside the measurements): only whole tables (by how many), a column piece of a table split column-wise,
+a row piece, two or more pieces of one table. Standard library only.
 """
 
 import json
@@ -54,6 +56,56 @@ def main():
                 f"{under}/{len(row['compute'])} | {gmean(row['bottleneck']):.2f} |"
             )
         print()
+    by_kind(cells)
+
+
+def device_kinds(plan, device):
+    """What `device` of a plan document holds: (pieces, column pieces, row pieces, pieces whose table has
+    another piece on the device)."""
+    tables = plan["task"]["tables"]
+    pieces = [p for p in plan["pieces"] if p["device"] == device]
+    per_table = {}
+    for p in pieces:
+        per_table[p["table_id"]] = per_table.get(p["table_id"], 0) + 1
+    cols = sum(1 for p in pieces if not p.get("rows") and p["dim"] < tables[p["table_id"]]["dim"])
+    rows = sum(1 for p in pieces if p.get("rows"))
+    same = sum(n for n in per_table.values() if n > 1)
+    return len(pieces), cols, rows, same
+
+
+def by_kind(cells):
+    """Measured / predicted device compute over every cell, by what the devices hold."""
+    groups = {}
+    for cell in cells:
+        for path in sorted(cell.glob("task*.measured.json")):
+            for p in json.loads(path.read_text())["plans"]:
+                doc = cell / Path(p["plan"]).name
+                if not doc.exists():
+                    continue
+                plan = json.loads(doc.read_text())
+                for a, b in zip(p["predicted"]["devices"], p["measured"]["devices"]):
+                    if a["compute_ms"] < 0.5 or b["compute_ms"] <= 0:
+                        continue
+                    n, cols, rows, same = device_kinds(plan, a["device"])
+                    if same:
+                        kind = "2+ pieces of one table"
+                    elif rows:
+                        kind = "a row piece"
+                    elif cols:
+                        kind = "a column piece (no other of its table)"
+                    else:
+                        kind = f"whole tables only, {'1-3' if n <= 3 else '4-9' if n <= 9 else '10+'}"
+                    groups.setdefault(kind, []).append(b["compute_ms"] / a["compute_ms"])
+    if not groups:
+        return
+    print("## Every cell: device compute, measured / predicted, by what the device holds")
+    print("| the device holds | devices | geometric mean | log s.d. |")
+    print("|---|---|---|---|")
+    for kind in sorted(groups):
+        v = groups[kind]
+        sd = statistics.pstdev([math.log(x) for x in v]) if len(v) > 1 else 0.0
+        print(f"| {kind} | {len(v)} | {gmean(v):.3f} | {sd:.3f} |")
+    print()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def main():
         for point in a.points.split(","):
             devices, tables = (int(x) for x in point.split(":"))
             gains_best = {p: [] for p in planners}
+            gains_best_tr = {p: [] for p in planners}
             gains_self = {p: [] for p in planners}
             shares = []
             for k in range(a.tasks):
@@ -76,33 +77,41 @@ def main():
                      *[str(files[o]) for o in order]])
                 reports = json.loads(priced.read_text())
                 cost = {o: r["report"]["cost_ms"] for o, r in zip(order, reports)}
+                trc = {o: r["torchrec"]["objective_ms"] for o, r in zip(order, reports)}
                 best_blind = min(cost[(p, "blind")] for p in planners)
+                best_blind_tr = min(trc[(p, "blind")] for p in planners)
                 for p in planners:
                     gains_best[p].append(100 * (best_blind - cost[(p, "aware")]) / best_blind)
+                    gains_best_tr[p].append(100 * (best_blind_tr - trc[(p, "aware")]) / best_blind_tr)
                     gains_self[p].append(100 * (cost[(p, "blind")] - cost[(p, "aware")]) / cost[(p, "blind")])
                 aware_auto = reports[order.index((planners[0], "aware"))]["report"]
                 b = aware_auto["devices"][aware_auto["bottleneck_device"]]
                 shares.append(100 * b.get("network_ms", 0.0) / b["total_ms"])
                 raw.append({"devices": devices, "tables": tables, "seed": seed,
-                            "cost_ms": {f"{p}/{m}": c for (p, m), c in cost.items()}})
+                            "cost_ms": {f"{p}/{m}": c for (p, m), c in cost.items()},
+                            "torchrec_estimate_ms": {f"{p}/{m}": c for (p, m), c in trc.items()}})
                 print(f"{devices} devices, seed {seed}: best blind {best_blind:.3f} ms, "
                       + ", ".join(f"{p} aware {cost[(p, 'aware')]:.3f}" for p in planners), flush=True)
             for p in planners:
                 mb, sb = mean_se(gains_best[p])
                 ms, ss = mean_se(gains_self[p])
+                mt, st = mean_se(gains_best_tr[p])
                 wins_b = sum(g >= 0 for g in gains_best[p])
                 wins_s = sum(g >= 0 for g in gains_self[p])
+                wins_t = sum(g >= 0 for g in gains_best_tr[p])
                 rows.append(f"| {devices} ({devices // 8} × 8) / {tables} | {p} | {mb:+.1f}% ± {sb:.1f} ({wins_b}/{a.tasks}) "
-                            f"| {ms:+.1f}% ± {ss:.1f} ({wins_s}/{a.tasks}) |")
+                            f"| {ms:+.1f}% ± {ss:.1f} ({wins_s}/{a.tasks}) | {mt:+.1f}% ± {st:.1f} ({wins_t}/{a.tasks}) |")
             m, s = mean_se(shares)
-            rows.append(f"| {devices} / {tables} | network share of {planners[0]}'s bottleneck device | {m:.0f}% ± {s:.0f} | |")
+            rows.append(f"| {devices} / {tables} | network share of {planners[0]}'s bottleneck device | {m:.0f}% ± {s:.0f} | | |")
     head = [
         f"Topology `{a.topology}` {' '.join(extra)}; memory {a.mem} per device, max dim {a.max_dim}, "
         f"{a.tasks} tasks per point (seeds {a.seed}..{a.seed + a.tasks - 1}). **Predicted** costs (default cost model), "
-        "every plan priced on the topology by `shardplan evaluate --topology`.",
+        "every plan priced on the topology by `shardplan evaluate --topology`; the last column prices the same plans "
+        "with TorchRec's estimator on the same hosts.",
         "",
-        "| devices / tables | planner | aware vs the best blind plan | aware vs its own blind plan |",
-        "|---|---|---|---|",
+        "| devices / tables | planner | aware vs the best blind plan | aware vs its own blind plan "
+        "| aware vs the best blind plan, by TorchRec's estimate |",
+        "|---|---|---|---|---|",
     ]
     text = "\n".join(head + rows) + "\n"
     print(text)

@@ -82,6 +82,7 @@ fn comm_one(model: &dyn CostModel, task: &Task, x: f64) -> Result<f64> {
         model,
         &vec![0.0; devices],
         &dims,
+        &[],
         CostDefinition::FourPhase,
         task.topology.as_ref(),
     )?;

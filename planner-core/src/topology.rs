@@ -219,8 +219,33 @@ impl Topology {
         self.hosts > 1
     }
 
+    /// The dims each device puts on the network: its dim sum, except that a row-split table's pooled
+    /// outputs cross it once per host that holds row pieces of it — the host's pieces reduce their
+    /// partial sums inside the host first (a hierarchical reduce-scatter; TorchRec's table-row-wise
+    /// exchange) — so the table's dim counts once per such host, shared by its pieces there.
+    /// `row_pieces` are `(device, table, dim)` of every row piece.
+    #[must_use]
+    pub fn network_dims(&self, dim_sums: &[f64], row_pieces: &[(usize, usize, u32)]) -> Vec<f64> {
+        let mut out = dim_sums.to_vec();
+        if row_pieces.is_empty() {
+            return out;
+        }
+        let mut per_host_table: std::collections::BTreeMap<(usize, usize), u32> = std::collections::BTreeMap::new();
+        for &(d, t, _) in row_pieces {
+            *per_host_table.entry((self.host_of(d), t)).or_default() += 1;
+        }
+        for &(d, t, dim) in row_pieces {
+            let k = per_host_table.get(&(self.host_of(d), t)).copied().unwrap_or(1).max(1);
+            if let Some(x) = out.get_mut(d) {
+                *x += f64::from(dim) / f64::from(k) - f64::from(dim);
+            }
+        }
+        out
+    }
+
     /// Each device's network time of one exchange direction (0 everywhere with one host), ms, given the
-    /// per-device dim sums and the bytes one unit of dim sum moves per step ([`crate::cost::CostModel::exchange_bytes_per_dim`]).
+    /// per-device network dims ([`Topology::network_dims`]) and the bytes one unit of dim moves per step
+    /// ([`crate::cost::CostModel::exchange_bytes_per_dim`]).
     #[must_use]
     pub fn network_ms(&self, dims: &[f64], bytes_per_dim: f64) -> Vec<f64> {
         let Some(link) = self.network.filter(|_| self.is_multi_host()) else {
@@ -470,5 +495,20 @@ mod tests {
         // One host: no network.
         let one = Topology::new(1, 4, None, None).unwrap();
         assert_eq!(one.network_ms(&[1.0, 2.0, 3.0, 4.0], 1e6), vec![0.0; 4]);
+    }
+
+    #[test]
+    fn a_row_split_table_crosses_the_network_once_per_host() {
+        let t = Topology::new(2, 2, Some(Link { bw_bytes_per_s: 1e9, latency_ms: 0.0 }), None).unwrap();
+        // Table 7 (dim 64) row-split over host 0's two devices (table-row-wise): its partial sums are
+        // reduced inside the host, so host 0 sends 64 dims, not 128. Device 2 also holds a 32-column piece.
+        let dims = [64.0, 64.0, 32.0, 0.0];
+        let net = t.network_dims(&dims, &[(0, 7, 64), (1, 7, 64)]);
+        assert_eq!(net, vec![32.0, 32.0, 32.0, 0.0]);
+        // Row-split over all four devices (row-wise over both hosts): once per host.
+        let net = t.network_dims(&[64.0, 64.0, 96.0, 64.0], &[(0, 7, 64), (1, 7, 64), (2, 7, 64), (3, 7, 64)]);
+        assert_eq!(net, vec![32.0, 32.0, 64.0, 32.0]);
+        // Without row pieces the network reads the dim sums.
+        assert_eq!(t.network_dims(&dims, &[]), dims.to_vec());
     }
 }

@@ -352,7 +352,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
     violations.extend(crate::memory::host_violations(task, &host_bytes));
     let dims: Vec<f64> = devices.iter().map(|d| d.dim_sum as f64).collect();
     let compute: Vec<f64> = devices.iter().map(|d| d.compute_ms).collect();
-    let times = device_times(model, &compute, &dims, definition, task.topology.as_ref())?;
+    let times = device_times(model, &compute, &dims, &row_pieces(task, plan), definition, task.topology.as_ref())?;
     for (i, d) in devices.iter_mut().enumerate() {
         d.bw_comm_ms = times.bw_comm_ms[i];
         d.fw_comm_ms = times.fw_comm_ms[i];
@@ -450,6 +450,17 @@ pub struct DeviceTimes {
     pub total_ms: Vec<f64>,
 }
 
+/// `(device, table, dim)` of every row piece of `plan` (what [`device_times`] needs to price the network
+/// on several hosts: [`crate::topology::Topology::network_dims`]).
+#[must_use]
+pub fn row_pieces(task: &Task, plan: &Plan) -> Vec<(usize, usize, u32)> {
+    plan.pieces()
+        .iter()
+        .filter(|p| p.rows.is_some_and(|r| task.tables.get(p.table_id).is_some_and(|t| r.count < t.rows)))
+        .map(|p| (p.device, p.table_id, p.dim))
+        .collect()
+}
+
 /// The one cost formula (SPEC section 1) from per-device compute: the backward exchange, the start
 /// delays, the forward exchange with those delays, and each device's total. [`evaluate`] and the searches
 /// call it; the collector's measured plans use its parts ([`start_delays_ms`], [`bottleneck`]) with measured
@@ -457,7 +468,8 @@ pub struct DeviceTimes {
 ///
 /// On one host (`topology` absent or of one host) both exchanges are the model's. On several hosts each
 /// is hierarchical ([`crate::topology`]): the model's exchange among each host's devices, plus the
-/// network phase priced from the host's dim sum.
+/// network phase priced from the host's network dims (its dim sum, a row-split table's dim once per host
+/// holding its `row_pieces`).
 ///
 /// # Errors
 /// [`Error::CostModel`] when the model returns the wrong number of values or non-finite ones, or cannot
@@ -466,6 +478,7 @@ pub fn device_times(
     model: &dyn CostModel,
     compute_ms: &[f64],
     dim_sums: &[f64],
+    row_pieces: &[(usize, usize, u32)],
     definition: CostDefinition,
     topology: Option<&crate::topology::Topology>,
 ) -> Result<DeviceTimes> {
@@ -491,7 +504,7 @@ pub fn device_times(
                 check_len(model, "backward comm", &part, host.len())?;
                 bw.extend(part);
             }
-            (bw, t.network_ms(dim_sums, bytes))
+            (bw, t.network_ms(&t.network_dims(dim_sums, row_pieces), bytes))
         }
     };
     for (b, net) in bw.iter_mut().zip(&network) {

@@ -322,21 +322,49 @@ impl<'a> Evaluator<'a> {
         self.set_cost_with(&set, id)
     }
 
-    /// The plan's cost from per-device compute and dim sums (SPEC section 1, this evaluator's definition).
+    /// The plan's cost from per-device compute and dim sums (SPEC section 1, this evaluator's definition),
+    /// for a plan without row pieces.
     pub fn plan_cost(&mut self, compute: &[f64], dims: &[u64]) -> Result<f64> {
-        Ok(self.plan_times(compute, dims)?.1)
+        Ok(self.plan_times(compute, dims, &[])?.1)
     }
 
-    /// The bottleneck device and the plan's cost from per-device compute and dim sums.
-    pub fn plan_times(&mut self, compute: &[f64], dims: &[u64]) -> Result<(usize, f64)> {
+    /// `(device, table, dim)` of the row pieces of `sets` (device `d` holding `sets[d]`) when the task has
+    /// several hosts (the network prices them: [`crate::topology::Topology::network_dims`]); empty
+    /// otherwise, where they change nothing.
+    pub fn row_pieces(&self, sets: &[&DeviceSet]) -> Vec<(usize, usize, u32)> {
+        if !self.task.topology.as_ref().is_some_and(crate::topology::Topology::is_multi_host) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (d, set) in sets.iter().enumerate() {
+            for &id in &set.ids {
+                let p = &self.pieces[id as usize];
+                if p.rows < self.task.tables[p.table].rows {
+                    out.push((d, p.table, p.dim));
+                }
+            }
+        }
+        out
+    }
+
+    /// The bottleneck device and the plan's cost from per-device compute and dim sums, and the plan's
+    /// row pieces ([`Evaluator::row_pieces`]).
+    pub fn plan_times(
+        &mut self,
+        compute: &[f64],
+        dims: &[u64],
+        row_pieces: &[(usize, usize, u32)],
+    ) -> Result<(usize, f64)> {
         self.stats.plan_evaluations += 1;
         let price = |ev: &Self| -> Result<(usize, f64)> {
             let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
             Ok(bottleneck(
-                &device_times(ev.model, compute, &dims_f, ev.definition, ev.task.topology.as_ref())?.total_ms,
+                &device_times(ev.model, compute, &dims_f, row_pieces, ev.definition, ev.task.topology.as_ref())?
+                    .total_ms,
             ))
         };
-        if !self.memo_plans {
+        // (The memo's key is compute and dims: a plan with row pieces is priced afresh.)
+        if !self.memo_plans || !row_pieces.is_empty() {
             return price(self);
         }
         let key: Vec<u64> = compute.iter().map(|c| c.to_bits()).chain(dims.iter().copied()).collect();

@@ -177,6 +177,37 @@ fn torchrec_tables_in_torchrec_plan_out_and_export() {
     let (o, text) = run(bin().arg("export-torchrec").arg(&plan_out).arg("--out").arg(&tr_again));
     assert!(o.status.success(), "{text}");
     assert_eq!(std::fs::read_to_string(&tr_out).unwrap(), std::fs::read_to_string(&tr_again).unwrap());
+    // On 2 GiB devices the tables (12.5 GB) overflow HBM: TorchRec's default planner keeps `big` in host
+    // memory, and the export says with which kernel and cache share; priced back through `evaluate`, the
+    // TorchRec file gives the tables those tiers.
+    let (o, text) = run(bin()
+        .args(["plan", "--algo", "torchrec", "--devices", "4", "--mem", "2GiB", "--tables"])
+        .arg(&tables)
+        .arg("--out")
+        .arg(&plan_out)
+        .arg("--torchrec-out")
+        .arg(&tr_out));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("Tiers: ") && text.contains("big "), "{text}");
+    let doc: planner_core::torchrec_plan::TorchRecPlanDocument =
+        serde_json::from_str(&std::fs::read_to_string(&tr_out).unwrap()).unwrap();
+    let big = &doc.plan["big"];
+    assert!(big.compute_kernel.starts_with("fused_uvm"), "{big:?}");
+    assert_eq!(big.cache_load_factor.is_some(), big.compute_kernel == "fused_uvm_caching");
+    let (o, text) = run(bin()
+        .arg("evaluate")
+        .arg(&tr_out)
+        .args(["--tables"])
+        .arg(&tables)
+        .args(["--mem", "2GiB", "--out"])
+        .arg(dir.join("priced.json")));
+    assert!(o.status.success(), "{text}");
+    let priced: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("priced.json")).unwrap()).unwrap();
+    assert!(priced[0]["report"]["feasible"].as_bool().unwrap(), "{priced}");
+    assert!(
+        priced[0]["report"]["devices"].as_array().unwrap().iter().any(|d| d["memory"]["host_bytes"].as_u64() > Some(0))
+    );
     check_fails(
         bin().arg("export-torchrec").arg(&plan_out).arg("--local-world-size").arg("9").arg("--out").arg(&tr_again),
         &["local_world_size", "9"],
