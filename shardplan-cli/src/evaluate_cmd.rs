@@ -109,6 +109,9 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
                 println!("Topology: {}", t.describe());
             }
             println!("{}", device_table(&report));
+            if let Some(line) = crate::plan_cmd::host_dram_line(&task, &report) {
+                println!("{line}");
+            }
             println!(
                 "cost {:.3} ms per iteration{} (bottleneck: device {}); fits memory (usable bytes): {}",
                 report.cost_ms,

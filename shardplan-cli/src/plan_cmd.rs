@@ -152,6 +152,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("{line}");
     }
     println!("{}", device_table(&report));
+    if let Some(line) = host_dram_line(&task, &report) {
+        println!("{line}");
+    }
     if args.verbose {
         for d in &report.devices {
             println!("device {}: {}", d.device, d.pieces.join(", "));
@@ -181,6 +184,28 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     write_atomic(&args.out, json.as_bytes())?;
     println!("plan written to {}", args.out.display());
     Ok(())
+}
+
+/// Host DRAM taken on every host by the tables in host memory, against what the host has; nothing when no
+/// table lives there.
+pub fn host_dram_line(task: &Task, report: &PlanReport) -> Option<String> {
+    if report.devices.iter().all(|d| d.memory.host_bytes == 0) {
+        return None;
+    }
+    let (dram, per_host) = planner_core::memory::host_dram(task);
+    let hosts: Vec<String> = report
+        .devices
+        .chunks(per_host.max(1))
+        .zip(&dram)
+        .enumerate()
+        .map(|(h, (devices, &cap))| {
+            let used = devices.iter().fold(0u64, |a, d| a.saturating_add(d.memory.host_bytes));
+            format!("host {h} {} of {}", format_bytes(used), format_bytes(cap))
+        })
+        .collect();
+    let shown = hosts.len().min(8);
+    let more = if hosts.len() > shown { format!(", … {} more", hosts.len() - shown) } else { String::new() };
+    Some(format!("Host DRAM per host: {}{more}", hosts[..shown].join(", ")))
 }
 
 /// Which tables live in host memory (behind an HBM cache or not), or nothing when all are in HBM.

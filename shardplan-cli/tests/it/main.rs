@@ -846,6 +846,7 @@ fn tables_too_big_for_hbm_go_to_host_memory_behind_caches() {
     assert!(o.status.success(), "{text}");
     assert!(text.contains("Tiers: ") && text.contains("in host memory (HBM cache share of rows: "), "{text}");
     assert!(text.contains("host DRAM") && text.contains("cache state"), "{text}");
+    assert!(text.contains("Host DRAM per host: host 0 ") && text.contains(" of 512.00 GiB"), "{text}");
     let (doc, _) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(doc.report.feasible);
     assert!(doc.task.tables.iter().any(planner_core::TableSpec::in_host_memory));
