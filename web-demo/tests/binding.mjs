@@ -101,11 +101,23 @@ test('errors are exceptions with the core message', () => {
   assert.match(e, /`to_device` = 9/);
   e = thrown(() => pw.whatIf(doc, { op: 'teleport' }, undefined));
   assert.ok(e.includes('what-if edit') && e.includes('teleport'), e);
-  // A task larger than all the memory is refused before any planner runs, with both totals.
+  // Tables larger than all the HBM: with HBM only, refused before any planner runs, with both totals;
+  // with tiers chosen (the default), planned with tables in host memory behind HBM caches.
   const huge = Array.from({ length: 4 }, (_, i) => ({ name: `h${i}`, rows: 100_000_000, dim: 128, pooling_factor: 1 }));
   const tables = pw.parseTables(JSON.stringify(huge), 'json', undefined);
-  e = thrown(() => pw.plan(planRequest({ tables, devices: { mem_cap_bytes: [4 * 2 ** 30, 4 * 2 ** 30] } }, 'random')));
+  const hugeTask = { tables, devices: { mem_cap_bytes: [4 * 2 ** 30, 4 * 2 ** 30] } };
+  e = thrown(() => pw.plan({ ...planRequest(hugeTask, 'random'), tiers: 'hbm' }));
   assert.match(e, /the 4 tables need at least 190\.73 GiB \(204,800,000,000 bytes\)/);
+  const tiered = pw.plan(planRequest(hugeTask, 'random')).document;
+  assert.ok(tiered.report.feasible, JSON.stringify(tiered.report));
+  // Each table in host memory: without a cache (`fused_uvm`) or behind an HBM cache of a share of its rows.
+  const inHost = (t) => t.compute_kernel === 'fused_uvm' || (t.cache_load_factor > 0 && t.cache_load_factor <= 1);
+  assert.ok(tiered.task.tables.every(inHost), JSON.stringify(tiered.task.tables));
+  // Larger than host memory as well: refused under either rule.
+  const giant = Array.from({ length: 8 }, (_, i) => ({ name: `g${i}`, rows: 1_000_000_000, dim: 128, pooling_factor: 1 }));
+  const giantTask = { tables: pw.parseTables(JSON.stringify(giant), 'json', undefined), devices: hugeTask.devices };
+  e = thrown(() => pw.plan(planRequest(giantTask, 'random')));
+  assert.match(e, /the 8 tables need at least/);
 });
 
 test('groups devices into hosts and prices their network', () => {

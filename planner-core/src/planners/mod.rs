@@ -397,5 +397,18 @@ pub fn plan_tiered(
     ctx: &PlanContext<'_>,
     mode: crate::tier::TierMode,
 ) -> Result<(Task, Plan)> {
+    refuse_unplaceable(task, ctx, mode)?;
     planner.plan_tiered(task, ctx, mode)
+}
+
+/// The one refusal of a task no planner can place, before any planner runs: tables that do not fit in
+/// HBM (with [`crate::tier::TierMode::Hbm`]), or not even with the fewest of them moved to host memory
+/// behind HBM caches, within the hosts' DRAM (with [`crate::tier::TierMode::Auto`]). Moving more tables
+/// to host memory only adds host DRAM, so the fullest HBM fill is the test; a planner that chooses its own
+/// kernels (TorchRec's port) is refused the same way as every other.
+fn refuse_unplaceable(task: &Task, ctx: &PlanContext<'_>, mode: crate::tier::TierMode) -> Result<()> {
+    let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
+    let capacity = || crate::memory::check_capacity(task);
+    let tiered = crate::tier::assign(task, mode, 1.0, batch).map_err(|e| capacity().err().unwrap_or(e))?;
+    crate::memory::check_tiered_capacity(task, &tiered)
 }

@@ -48,6 +48,25 @@ fn every_planner_plans_a_task_too_big_for_hbm_and_the_plan_fits_both_memories() 
 }
 
 #[test]
+fn a_task_too_big_for_hbm_and_host_memory_gets_one_refusal_from_every_planner() {
+    // 8 tables of 512 GB on 2 devices: more than the HBM and the host's DRAM together.
+    let tables = (0..8).map(|i| table(&format!("g{i}"), 1_000_000_000, 128, 1.0)).collect();
+    let task = Task::new(tables, Devices::uniform(2, 80 * GIB).unwrap()).unwrap().with_memory(MemoryRule::torchrec());
+    let model = AnalyticalModel::new(HardwareProfile::builtin("h100").unwrap(), 65_536).unwrap();
+    let ctx = PlanContext::new(&model, 0);
+    for mode in [TierMode::Auto, TierMode::Hbm] {
+        let refusals: std::collections::BTreeSet<String> = REGISTRY
+            .iter()
+            .map(|entry| match plan_tiered(entry.build().as_ref(), &task, &ctx, mode) {
+                Err(e @ Error::TaskTooLarge { tables: 8, devices: 2, .. }) => e.to_string(),
+                other => panic!("{} ({mode:?}): {other:?}", entry.name),
+            })
+            .collect();
+        assert_eq!(refusals.len(), 1, "{mode:?}: {refusals:?}");
+    }
+}
+
+#[test]
 fn the_choice_frees_hbm_at_the_least_added_misses_and_keeps_what_the_user_set() {
     let task = too_big();
     let tiered = assign(&task, TierMode::Auto, 0.9, 65_536).unwrap();
