@@ -19,9 +19,9 @@ it also prints each replayed strategy's mean fanout beside Mt-KaHyPar's prequent
 
 A tools/ script, never a dependency of the product. Set-up (a virtual environment outside the repository):
 
-    python3 -m venv /work/.venv-mtk && /work/.venv-mtk/bin/pip install mtkahypar==1.7.post1
+    python3 -m venv ~/.venv-mtk && ~/.venv-mtk/bin/pip install mtkahypar==1.7.post1
 
-Usage: /work/.venv-mtk/bin/python tools/alis_kahypar.py DUMP_DIR [--replay REPORT.json] [--out RESULT.json]
+Usage: ~/.venv-mtk/bin/python tools/alis_kahypar.py DUMP_DIR [--replay REPORT.json] [--out RESULT.json]
 """
 
 import argparse
