@@ -16,9 +16,14 @@
 //!   incremental (`alis-base`) and ALIS, all sharing [`Placement`] (`placement.rs`), the one capacity rule
 //!   (place by preference, spill to the next shard with room; ALIS may also move rows its window does not
 //!   touch off shards its window's rows fill).
-//! - [`partition`] (`partition.rs`): the iterative hypergraph partitioner (LDG streaming initialisation, then
-//!   probabilistic-fanout local search with pairwise swaps between full shards), used on one window by ALIS
-//!   and `direct` and on the whole history by the full re-partition.
+//! - [`partition()`] (`partition/`): the hypergraph partitioner for the connectivity objective (km1, the
+//!   fanout less one per request) under per-shard caps, used on one window by ALIS and `direct` and on the
+//!   whole history by the full re-partition. Multilevel by default (heavy-net coarsening, recursive
+//!   multilevel bisection with seeded tries, label propagation and FM refinement at every level, integer
+//!   gains); the crate's first, flat partitioner (LDG initialisation, probabilistic-fanout local search,
+//!   swaps) stays selectable ([`Partitioner`]). Written here because no pure-Rust crate partitions
+//!   hypergraphs for this objective and builds for wasm32; `tools/alis_kahypar.py` measures it against
+//!   Mt-KaHyPar.
 //! - [`SparseWeights`] (`weights.rs`): the global weight matrix W with `top_k` (shard, weight) slots per row
 //!   and lazy age decay, so memory is `rows · top_k · 6` bytes instead of the paper's `rows · S · 4`.
 //!   With the placement, the interim set and the window index, ALIS holds 36 bytes per row at `top_k = 4`.
@@ -42,10 +47,10 @@ pub mod synthetic;
 pub mod weights;
 
 pub use metrics::{LatencyModel, RunSummary, WindowMetrics};
-pub use partition::{Hypergraph, PartitionParams, partition};
+pub use partition::{Hypergraph, PARTITIONER_NAMES, PartitionParams, Partitioner, partition};
 pub use placement::{Placement, hash_shard};
 pub use replay::{ReplayConfig, ReplayResult, replay};
-pub use strategy::{STRATEGY_NAMES, Strategy, StrategyConfig, make_strategy};
+pub use strategy::{STRATEGY_NAMES, Scope, Strategy, StrategyConfig, make_strategy, scope_partition_input};
 pub use stream::{RawRequest, Stream, parse_csv, parse_jsonl};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;

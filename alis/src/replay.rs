@@ -59,7 +59,7 @@ pub fn replay(
         prev.clear();
         prev.extend_from_slice(strategy.placement().as_slice());
         let t0 = clock_ms();
-        strategy.update(stream, range);
+        strategy.update(stream, range)?;
         let t1 = clock_ms();
         let now = strategy.placement().as_slice();
         let moved_known = prev.iter().zip(now).filter(|(a, b)| a != b).count();
@@ -130,7 +130,7 @@ mod tests {
                 let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
                 for w in s.windows(rc.window_requests).unwrap_or_else(|e| panic!("{e}")) {
                     let end = w.end;
-                    strategy.update(&s, w);
+                    strategy.update(&s, w).unwrap();
                     let pl = strategy.placement();
                     assert_eq!(pl.len(), s.rows_known_after(end), "{name}");
                     let max = pl.loads().iter().copied().max().unwrap_or(0);
@@ -174,11 +174,14 @@ mod tests {
 
     #[test]
     fn cold_rows_give_way_so_that_a_hot_group_gathers() {
-        // 20 rows on 2 shards (cap ⌈1.05·20/2⌉ = 11). The first request touches all of them (hash: 10 per
-        // shard); afterwards only rows 0..10 are requested, always together. They can share one shard only if
-        // the 5 cold rows there make room.
-        let mut raw = vec![RawRequest { request_id: 0, time: 0.0, row_ids: (0..20).collect(), table_ids: None }];
-        for i in 1..30u64 {
+        // 20 rows on 2 shards (cap ⌈1.05·20/2⌉ = 11). The first window pairs row i with row i + 10, so its
+        // partition (ALIS's first placement) keeps pairs together and splits rows 0..10 over both shards;
+        // afterwards only rows 0..10 are requested, always together. They can share one shard only if the cold
+        // rows 10..20 there make room.
+        let mut raw: Vec<RawRequest> = (0..10u64)
+            .map(|i| RawRequest { request_id: i, time: i as f64, row_ids: vec![i, i + 10], table_ids: None })
+            .collect();
+        for i in 10..40u64 {
             raw.push(RawRequest { request_id: i, time: i as f64, row_ids: (0..10).collect(), table_ids: None });
         }
         let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
@@ -186,7 +189,7 @@ mod tests {
             let c = StrategyConfig { shards: 2, evict_cold, ..StrategyConfig::default() };
             let mut strategy = make_strategy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
             for w in s.windows(10).unwrap_or_else(|e| panic!("{e}")) {
-                strategy.update(&s, w);
+                strategy.update(&s, w).unwrap();
                 let pl = strategy.placement();
                 assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
                 assert_eq!(pl.loads().iter().sum::<usize>(), 20);
@@ -199,6 +202,22 @@ mod tests {
         };
         assert_eq!(hot_shards(true), 1, "with eviction the hot group shares one shard");
         assert_eq!(hot_shards(false), 2, "without it the cold rows pin the group apart");
+    }
+
+    #[test]
+    fn alis_starts_from_the_partition_direct_deploys() {
+        // Nothing is placed before the first update: ALIS (and alis-base) deploy the fresh partition of the
+        // whole first window, exactly as `direct` does, instead of refining half of it from the hash placement.
+        let (s, rc) = small(3);
+        let first = s.windows(rc.window_requests).unwrap_or_else(|e| panic!("{e}"))[0].clone();
+        let placed = |name: &str| {
+            let mut strategy = make_strategy(name, &cfg(8, 2)).unwrap_or_else(|e| panic!("{e}"));
+            strategy.update(&s, first.clone()).unwrap();
+            strategy.placement().as_slice().to_vec()
+        };
+        let direct = placed("direct");
+        assert_eq!(placed("alis"), direct);
+        assert_eq!(placed("alis-base"), direct);
     }
 
     #[test]

@@ -62,6 +62,18 @@ pub struct DynamicArgs {
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = 4)]
     pub top_k: usize,
+    /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel` or `flat`
+    /// (the earlier one-level local search).
+    #[arg(long, default_value = "multilevel")]
+    pub partitioner: String,
+    /// Instead of replaying: write the hypergraphs that `direct` and `full` (as chosen by --strategies)
+    /// partition at every scored update, each window's requests, the rows' hash keys, and this partitioner's
+    /// result and time for every shard count, to this folder (read by `tools/alis_kahypar.py`).
+    #[arg(long)]
+    pub dump_dir: Option<PathBuf>,
+    /// With --dump-dir: timed runs of the partitioner per hypergraph and shard count (the median is kept).
+    #[arg(long, default_value_t = 3)]
+    pub dump_reps: usize,
     /// ALIS: keep rows the window does not touch where they are (by default they give their room to the
     /// window's rows and move off overflowing shards, least recently touched first).
     #[arg(long)]
@@ -175,6 +187,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         history_sets: args.history_sets,
         top_k: args.top_k,
         evict_cold: !args.keep_cold,
+        partitioner: args.partitioner.parse().context("checking --partitioner")?,
         seed: args.seed_base,
     };
     // Validate everything before the first (possibly long) run.
@@ -227,6 +240,9 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         Some(p) => p.display().to_string(),
         None => format!("synthetic {:?}", gen_params(args.seed_base)),
     };
+    if let Some(dir) = &args.dump_dir {
+        return dump(dir, args, &strategies, &base, file_stream.as_ref(), &gen_params, window_requests);
+    }
     let mut cells: Vec<Cell> = Vec::new();
     let (mut n_req, mut n_rows) = (0, 0);
     for seed in args.seed_base..args.seed_base + args.seeds {
@@ -291,6 +307,216 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
         shardplan_files::write_atomic(out, json.as_bytes())?;
     }
+    Ok(())
+}
+
+/// One partitioned hypergraph of the dump and, per shard count, this partitioner's result.
+#[derive(Debug, Serialize)]
+struct DumpInstance {
+    scope: &'static str,
+    seed: u64,
+    /// The update (index of the window it ends with); the partition is scored on window `update + 1`.
+    update: usize,
+    file: String,
+    n_vertices: usize,
+    n_nets: usize,
+    n_pins: usize,
+    ours: Vec<DumpResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct DumpResult {
+    shards: usize,
+    cap: usize,
+    km1: u64,
+    max_load: usize,
+    /// Median wall-clock time of the partition call.
+    time_ms: f64,
+    /// Median CPU time of the partition call (this thread's), where the system reports it.
+    cpu_ms: Option<f64>,
+    part: String,
+}
+
+#[derive(Debug, Serialize)]
+struct DumpWindow {
+    index: usize,
+    file: String,
+    rows_known: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct DumpStream {
+    seed: u64,
+    rows_file: String,
+    windows: Vec<DumpWindow>,
+}
+
+#[derive(Debug, Serialize)]
+struct DumpManifest {
+    source: String,
+    window_requests: usize,
+    epsilon: f64,
+    shards: Vec<usize>,
+    partitioner: String,
+    config: StrategyConfig,
+    streams: Vec<DumpStream>,
+    instances: Vec<DumpInstance>,
+}
+
+/// The nets as an hMETIS file (1-based pins; with `weights`, each line starts with the net's weight).
+fn hmetis(n_vertices: usize, nets: &[(&[u32], u32)], weights: bool) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{} {}{}", nets.len(), n_vertices, if weights { " 1" } else { "" });
+    for (pins, w) in nets {
+        if weights {
+            let _ = write!(s, "{w} ");
+        }
+        for (i, p) in pins.iter().enumerate() {
+            let _ = write!(s, "{}{}", if i == 0 { "" } else { " " }, p + 1);
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// `--dump-dir`: the hypergraphs `direct` and `full` partition at every scored update, each window's
+/// requests and the rows' hash keys (for scoring a partition on the next window as the replay does), and
+/// this partitioner's partition, objective and median time per shard count. Every instance's partitioner
+/// runs from a generator seeded with the run seed.
+fn dump(
+    dir: &std::path::Path,
+    args: &DynamicArgs,
+    strategies: &[String],
+    base: &StrategyConfig,
+    file_stream: Option<&Stream>,
+    gen_params: &dyn Fn(u64) -> SyntheticParams,
+    window_requests: usize,
+) -> anyhow::Result<()> {
+    let mut scopes: Vec<(&'static str, alis::Scope)> = Vec::new();
+    for name in strategies {
+        match name.as_str() {
+            "direct" => scopes.push(("direct", alis::Scope::Latest)),
+            "full" => scopes.push(("full", alis::Scope::All)),
+            other => bail!("invalid --strategies entry {other:?} with --dump-dir (allowed: direct, full)"),
+        }
+    }
+    if args.dump_reps == 0 {
+        bail!("invalid --dump-reps = 0 (allowed: >= 1)");
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, text: &str| shardplan_files::write_atomic(&dir.join(name), text.as_bytes());
+    let mut streams = Vec::new();
+    let mut instances = Vec::new();
+    for seed in args.seed_base..args.seed_base + args.seeds {
+        let generated;
+        let stream: &Stream = if let Some(s) = file_stream {
+            s
+        } else {
+            generated = alis::synthetic::generate(&gen_params(seed)).context("generating the synthetic stream")?;
+            &generated
+        };
+        let windows = stream.windows(window_requests)?;
+        let rows_file = format!("rows-{seed}.txt");
+        let mut keys = String::new();
+        for r in 0..stream.n_rows() as u32 {
+            keys.push_str(&stream.row_key(r).wrapping_add(u64::from(stream.row_table(r))).to_string());
+            keys.push('\n');
+        }
+        write(&rows_file, &keys)?;
+        let mut dumped_windows = Vec::new();
+        for (w, range) in windows.iter().enumerate() {
+            let file = format!("window-{seed}-{w:03}.hgr");
+            let rows_known = stream.rows_known_after(range.end);
+            let nets: Vec<(&[u32], u32)> = range.clone().map(|i| (stream.request(i), 1)).collect();
+            write(&file, &hmetis(rows_known, &nets, false))?;
+            dumped_windows.push(DumpWindow { index: w, file, rows_known });
+        }
+        streams.push(DumpStream { seed, rows_file, windows: dumped_windows });
+        // The last update is never scored (no window follows it).
+        for (u, range) in windows.iter().enumerate().take(windows.len().saturating_sub(1)) {
+            for &(name, scope) in &scopes {
+                let cfg0 = StrategyConfig { seed, ..*base };
+                let (hg, _) = alis::scope_partition_input(stream, scope, range.clone(), &cfg0)?;
+                let file = if scope == alis::Scope::Latest {
+                    format!("window-{seed}-{u:03}.hgr")
+                } else {
+                    let file = format!("{name}-{seed}-{u:03}.hgr");
+                    let nets: Vec<(&[u32], u32)> = (0..hg.n_nets()).map(|e| (hg.net(e), hg.net_weight(e))).collect();
+                    write(&file, &hmetis(hg.n_vertices(), &nets, nets.iter().any(|n| n.1 != 1)))?;
+                    file
+                };
+                let mut ours = Vec::new();
+                for &shards in &args.shards {
+                    let cfg = StrategyConfig { shards, ..cfg0 };
+                    let (hg, params) = alis::scope_partition_input(stream, scope, range.clone(), &cfg)?;
+                    let init = vec![alis::partition::UNASSIGNED; hg.n_vertices()];
+                    let mut times = Vec::with_capacity(args.dump_reps);
+                    let mut cpu_times = Vec::with_capacity(args.dump_reps);
+                    let mut part = Vec::new();
+                    for _ in 0..args.dump_reps {
+                        let cpu0 = thread_cpu_ns();
+                        let start = Instant::now();
+                        part = alis::partition::partition_seeded(&hg, &init, &params, seed)?.0;
+                        times.push(start.elapsed().as_secs_f64() * 1e3);
+                        if let (Some(a), Some(b)) = (cpu0, thread_cpu_ns()) {
+                            cpu_times.push(b.saturating_sub(a) as f64 / 1e6);
+                        }
+                    }
+                    times.sort_by(f64::total_cmp);
+                    cpu_times.sort_by(f64::total_cmp);
+                    let mut load = vec![0usize; shards];
+                    for &s in &part {
+                        load[s as usize] += 1;
+                    }
+                    let part_file = format!("ours-{name}-{seed}-{u:03}-S{shards}.part");
+                    let text = part.iter().fold(String::new(), |mut t, s| {
+                        use std::fmt::Write;
+                        let _ = writeln!(t, "{s}");
+                        t
+                    });
+                    write(&part_file, &text)?;
+                    ours.push(DumpResult {
+                        shards,
+                        cap: params.caps[0],
+                        km1: alis::partition::km1(&hg, &part),
+                        max_load: load.iter().copied().max().unwrap_or(0),
+                        time_ms: times[times.len() / 2],
+                        cpu_ms: cpu_times.get(cpu_times.len() / 2).copied(),
+                        part: part_file,
+                    });
+                }
+                eprintln!("seed {seed} update {u} {name}: {} nets, {} rows", hg.n_nets(), hg.n_vertices());
+                instances.push(DumpInstance {
+                    scope: name,
+                    seed,
+                    update: u,
+                    file,
+                    n_vertices: hg.n_vertices(),
+                    n_nets: hg.n_nets(),
+                    n_pins: hg.n_pins(),
+                    ours,
+                });
+            }
+        }
+    }
+    let source = match &args.input {
+        Some(p) => p.display().to_string(),
+        None => format!("synthetic {:?}", gen_params(args.seed_base)),
+    };
+    let manifest = DumpManifest {
+        source,
+        window_requests,
+        epsilon: base.epsilon,
+        shards: args.shards.clone(),
+        partitioner: base.partitioner.to_string(),
+        config: *base,
+        streams,
+        instances,
+    };
+    let json = serde_json::to_string_pretty(&manifest).context("serialising the dump manifest")?;
+    write("manifest.json", &json)?;
+    eprintln!("wrote {} instances to {}", manifest.instances.len(), dir.display());
     Ok(())
 }
 
@@ -413,6 +639,13 @@ fn markdown(source: &str, n_req: usize, n_rows: usize, win: usize, shards: &[usi
         s.push('\n');
     }
     s
+}
+
+/// CPU time this thread has run, in nanoseconds (Linux `/proc/thread-self/schedstat`), if available: the
+/// partitioner's own time, which other processes on the machine do not inflate as they do wall-clock time.
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), if available.

@@ -7,6 +7,7 @@ use std::ops::Range;
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 
+use super::baselines::{Scope, relabel, scope_partition_input};
 use super::{Scored, Strategy, StrategyConfig};
 use crate::AlisError;
 use crate::partition::{Hypergraph, UNASSIGNED, partition};
@@ -194,6 +195,34 @@ impl AlisStrategy {
         })
     }
 
+    /// The first update, before which nothing is placed: a fresh partition of the whole window, as `direct`
+    /// deploys it (its shards renamed to keep most rows at their hash shard), becomes the placement, the first
+    /// interim set and the first evidence in W (weight 1 per row on its shard). The light incremental step alone
+    /// would start from the hash placement and partition only `D_new`, leaving the rest of the window where hash
+    /// put it.
+    fn first_update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        self.index.next_update(rows);
+        // Stamps the window's rows as touched by this update (the recency cold rows are evicted by).
+        LocalWindow::new(stream, &window, &window, &mut self.index);
+        let (hg, params) = scope_partition_input(stream, Scope::Latest, window, &self.cfg)?;
+        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
+        let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
+        self.placement.set_all(part);
+        self.weights.age();
+        for (r, &s) in self.placement.as_slice().iter().enumerate() {
+            self.weights.add(r as u32, s, 1.0);
+        }
+        if self.cfg.history_sets > 0 {
+            self.interim = self.placement.as_slice().to_vec();
+            self.undo.push_front((0, Vec::new()));
+            self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
+        }
+        Ok(())
+    }
+
     /// Argmax of W for `row` (ties to the lower shard), if the row has weight.
     fn w_argmax(&self, row: u32) -> Option<u16> {
         let mut best: Option<(u16, f64)> = None;
@@ -299,8 +328,11 @@ impl Strategy for AlisStrategy {
         self.name
     }
 
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
         let known_before = self.placement.len();
+        if known_before == 0 {
+            return self.first_update(stream, window);
+        }
         let rows = stream.rows_known_after(window.end);
         self.placement.grow_hash(stream, rows);
         self.weights.ensure_rows(rows);
@@ -314,7 +346,7 @@ impl Strategy for AlisStrategy {
             .iter()
             .map(|&r| if (r as usize) < known_before { self.placement.as_slice()[r as usize] } else { UNASSIGNED })
             .collect();
-        let hg = Hypergraph::new(n_local, lw.new_offsets.windows(2).map(|w| &lw.new_pins[w[0]..w[1]]));
+        let hg = Hypergraph::new(n_local, lw.new_offsets.windows(2).map(|w| &lw.new_pins[w[0]..w[1]]))?;
         // The local partition may use what the global cap leaves each shard once the rows it does not move are
         // counted where they are: the real constraint, rather than balancing the window on its own. With
         // `evict_cold`, only the window's other rows count; rows the window does not touch (cold rows) give
@@ -335,7 +367,7 @@ impl Strategy for AlisStrategy {
             }
         }
         let params = self.cfg.partition_params(fixed.iter().map(|&f| cap.saturating_sub(f)).collect());
-        let (local, _) = partition(&hg, &init, &params, &mut self.rng);
+        let (local, _) = partition(&hg, &init, &params, &mut self.rng)?;
         // ΔW = 1 on the local result; older evidence decays by `decay` per window.
         self.weights.age();
         for (l, &r) in lw.rows[..n_local].iter().enumerate() {
@@ -397,6 +429,7 @@ impl Strategy for AlisStrategy {
             self.undo.push_front((old_len, log));
             self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
         }
+        Ok(())
     }
 
     fn placement(&self) -> &Placement {

@@ -7,7 +7,8 @@ use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 
 use super::{Scored, Strategy, StrategyConfig};
-use crate::partition::{Hypergraph, UNASSIGNED, partition};
+use crate::AlisError;
+use crate::partition::{Hypergraph, PartitionParams, UNASSIGNED, partition};
 use crate::placement::Placement;
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
@@ -21,8 +22,9 @@ impl Strategy for HashStrategy {
     fn name(&self) -> &'static str {
         "hash"
     }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
         self.placement.grow_hash(stream, stream.rows_known_after(window.end));
+        Ok(())
     }
     fn placement(&self) -> &Placement {
         &self.placement
@@ -43,7 +45,7 @@ impl Strategy for RangeStrategy {
     fn name(&self) -> &'static str {
         "range"
     }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
         let rows = stream.rows_known_after(window.end);
         let key = |r: usize| (stream.row_table(r as u32), stream.row_key(r as u32));
         let s_count = self.placement.shards();
@@ -59,6 +61,7 @@ impl Strategy for RangeStrategy {
             let pref = bounds.partition_point(|b| *b <= k) as u16;
             self.placement.place(r as u32, &[pref]);
         }
+        Ok(())
     }
     fn placement(&self) -> &Placement {
         &self.placement
@@ -70,13 +73,32 @@ impl Strategy for RangeStrategy {
 
 /// Which requests a from-scratch partition reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Scope {
+pub enum Scope {
     /// The first window only, once (`static`); later rows are placed by hash.
     First,
     /// The latest window, every update (`direct`: the paper's direct sharding, ALIS without its history).
     Latest,
     /// All requests so far, every `full_every` updates (`full`).
     All,
+}
+
+/// What a from-scratch partition of `scope` reads at the update on `window` (requests `window` of `stream`,
+/// all earlier ones observed before): the hypergraph over every row known after the window (dense row ids;
+/// rows none of its requests touch are isolated vertices placed into the room left) and the partition
+/// settings, every shard capped at `⌈(1+ε)·rows/S⌉`. The one definition `static`, `direct` and `full` and
+/// the comparison dump (`shardplan dynamic --dump-dir`) partition.
+pub fn scope_partition_input(
+    stream: &Stream,
+    scope: Scope,
+    window: Range<usize>,
+    cfg: &StrategyConfig,
+) -> Result<(Hypergraph, PartitionParams), AlisError> {
+    cfg.validate()?;
+    let rows = stream.rows_known_after(window.end);
+    let read = if scope == Scope::Latest { window } else { 0..window.end };
+    let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)))?;
+    let cap = Placement::new(cfg.shards, cfg.epsilon).cap_for(rows);
+    Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))
 }
 
 /// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
@@ -103,7 +125,7 @@ impl Strategy for FullStrategy {
             Scope::All => "full",
         }
     }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
         let rows = stream.rows_known_after(window.end);
         let due = match self.scope {
             Scope::First => self.updates == 0,
@@ -113,15 +135,15 @@ impl Strategy for FullStrategy {
         self.updates += 1;
         if !due {
             self.placement.grow_hash(stream, rows);
-            return;
+            return Ok(());
         }
-        // Global dense ids over all known rows; the scope decides which requests are nets.
-        let read = if self.scope == Scope::Latest { window } else { 0..window.end };
-        let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)));
-        let params = self.cfg.partition_params(vec![self.placement.cap_for(rows); self.cfg.shards]);
-        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng);
+        let (hg, params) = scope_partition_input(stream, self.scope, window, &self.cfg)?;
+        let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
+        // Rows seen for the first time live at their hash shard until now: the renaming counts them there.
+        self.placement.grow_hash(stream, rows);
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
         self.placement.set_all(part);
+        Ok(())
     }
     fn placement(&self) -> &Placement {
         &self.placement
@@ -134,7 +156,7 @@ impl Strategy for FullStrategy {
 /// Renames the shards of a fresh partition to maximise the rows that stay where they are (greedy matching on
 /// the overlap matrix, largest overlap first, ties by index): shard labels of a fresh partition are
 /// arbitrary, and a real system would not move rows just to rename shards.
-fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
+pub(super) fn relabel(new: &[u16], old: &[u16], s_count: usize) -> Vec<u16> {
     let mut overlap = vec![0usize; s_count * s_count];
     for (&n, &o) in new.iter().zip(old) {
         overlap[n as usize * s_count + o as usize] += 1;
@@ -165,7 +187,7 @@ impl Strategy for GreedyStrategy {
     fn name(&self) -> &'static str {
         "greedy"
     }
-    fn update(&mut self, stream: &Stream, window: Range<usize>) {
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
         let rows = stream.rows_known_after(window.end);
         self.placement.grow_hash(stream, rows);
         self.weights.ensure_rows(rows);
@@ -203,6 +225,7 @@ impl Strategy for GreedyStrategy {
             scored.push(r, &mut sc);
         }
         scored.place(&mut self.placement);
+        Ok(())
     }
     fn placement(&self) -> &Placement {
         &self.placement

@@ -11,12 +11,13 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::AlisError;
-use crate::partition::PartitionParams;
+use crate::partition::{PartitionParams, Partitioner};
 use crate::placement::Placement;
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
 use adaptive::AlisStrategy;
-use baselines::{FullStrategy, GreedyStrategy, HashStrategy, RangeStrategy, Scope};
+use baselines::{FullStrategy, GreedyStrategy, HashStrategy, RangeStrategy};
+pub use baselines::{Scope, scope_partition_input};
 
 /// Names of all strategies, in report order (the single registry the CLI reads).
 pub const STRATEGY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];
@@ -51,6 +52,9 @@ pub struct StrategyConfig {
     /// outside `D_new` keeps its shard and the window's rows share only the cap's slack.
     #[serde(default = "evict_cold_default")]
     pub evict_cold: bool,
+    /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step.
+    #[serde(default)]
+    pub partitioner: Partitioner,
     /// Seed of the strategy's random choices (partitioner visit order).
     pub seed: u64,
 }
@@ -69,6 +73,7 @@ impl Default for StrategyConfig {
             history_sets: 4,
             top_k: 4,
             evict_cold: true,
+            partitioner: Partitioner::Multilevel,
             seed: 0,
         }
     }
@@ -118,7 +123,13 @@ impl StrategyConfig {
     }
 
     fn partition_params(&self, caps: Vec<usize>) -> PartitionParams {
-        PartitionParams { shards: self.shards, caps, max_iters: self.max_iters, p_fanout: self.p_fanout }
+        PartitionParams {
+            shards: self.shards,
+            caps,
+            max_iters: self.max_iters,
+            p_fanout: self.p_fanout,
+            partitioner: self.partitioner,
+        }
     }
 }
 
@@ -127,8 +138,9 @@ pub trait Strategy {
     /// Registry name.
     fn name(&self) -> &'static str;
     /// Observes requests `window` of `stream` (all earlier requests were observed before) and updates the
-    /// placement; afterwards every row occurring in requests `..window.end` is placed.
-    fn update(&mut self, stream: &Stream, window: Range<usize>);
+    /// placement; afterwards every row occurring in requests `..window.end` is placed. Errors only when the
+    /// strategy's partitioner refuses its input (which the strategies build valid by construction).
+    fn update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError>;
     /// The deployed placement.
     fn placement(&self) -> &Placement;
     /// Heap bytes of the strategy's state (placement, weights, history).

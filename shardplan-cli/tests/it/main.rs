@@ -575,6 +575,58 @@ fn dynamic_replays_a_stream_through_every_strategy() {
 }
 
 #[test]
+fn dynamic_dumps_the_hypergraphs_direct_and_full_partition() {
+    let dir = scratch("dynamic-dump");
+    let input = dir.join("stream.jsonl");
+    write_stream(&input, 30);
+    let dump = dir.join("dump");
+    let (o, text) = run(bin()
+        .args(["dynamic", "--input"])
+        .arg(&input)
+        .args(["--window-requests", "10", "--shards", "2,4", "--seeds", "1", "--strategies", "direct,full"])
+        .args(["--dump-reps", "1", "--dump-dir"])
+        .arg(&dump));
+    assert!(o.status.success(), "{text}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dump.join("manifest.json")).unwrap()).unwrap();
+    // Three windows: updates 0 and 1 are scored (update 2 is not), for two scopes.
+    let instances = manifest["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 4);
+    for inst in instances {
+        let hgr = std::fs::read_to_string(dump.join(inst["file"].as_str().unwrap())).unwrap();
+        let head: Vec<usize> = hgr.lines().next().unwrap().split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(head[1], inst["n_vertices"].as_u64().unwrap() as usize, "{hgr}");
+        for ours in inst["ours"].as_array().unwrap() {
+            let part = std::fs::read_to_string(dump.join(ours["part"].as_str().unwrap())).unwrap();
+            assert_eq!(part.lines().count(), head[1]);
+            assert!(ours["max_load"].as_u64().unwrap() <= ours["cap"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(manifest["streams"][0]["windows"].as_array().unwrap().len(), 3);
+    // Only the from-scratch partitions can be dumped; the partitioner is named.
+    check_fails(
+        bin().args(["dynamic", "--input"]).arg(&input).args(["--strategies", "alis", "--dump-dir"]).arg(&dump),
+        &["alis", "--dump-dir", "direct, full"],
+    );
+    check_fails(
+        bin().args(["dynamic", "--input"]).arg(&input).args(["--partitioner", "kahypar"]),
+        &["partitioner", "kahypar", "multilevel, flat"],
+    );
+    // The flat partitioner still runs every strategy.
+    let (o, text) = run(bin().args(["dynamic", "--input"]).arg(&input).args([
+        "--window-requests",
+        "10",
+        "--shards",
+        "2",
+        "--seeds",
+        "1",
+        "--partitioner",
+        "flat",
+    ]));
+    assert!(o.status.success() && text.contains("ALIS vs full"), "{text}");
+}
+
+#[test]
 fn dynamic_refuses_bad_streams_and_parameters_by_name() {
     let dir = scratch("dynamic-bad");
     let input = dir.join("stream.jsonl");

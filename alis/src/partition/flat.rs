@@ -1,4 +1,5 @@
-//! The iterative hypergraph partitioner used by the static, full re-partition and ALIS strategies.
+//! The flat partitioner (the crate's first): one level, no coarsening. Kept for comparison with the
+//! multilevel one (`--partitioner flat`).
 //!
 //! Requests are hyperedges (nets) over rows (vertices); the objective is the mean fanout (connectivity λ of
 //! each net) under a per-shard row cap. Two phases:
@@ -23,101 +24,12 @@
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-/// Sentinel for "no warm-start shard".
-pub const UNASSIGNED: u16 = u16::MAX;
+use super::{Hypergraph, PartitionParams, PartitionStats, UNASSIGNED};
 
-/// A hypergraph in compressed form: nets (requests) over local vertex ids `0..n_vertices`.
-#[derive(Debug, Clone, Default)]
-pub struct Hypergraph {
-    n_vertices: usize,
-    net_offsets: Vec<usize>,
-    pins: Vec<u32>,
-    vtx_offsets: Vec<usize>,
-    vtx_nets: Vec<u32>,
-}
-
-impl Hypergraph {
-    /// Builds the hypergraph from nets given as lists of distinct local vertex ids `< n_vertices`.
-    /// Nets with a single pin are dropped: they cost fanout 1 wherever the row is.
-    pub fn new<'a>(n_vertices: usize, nets: impl IntoIterator<Item = &'a [u32]>) -> Self {
-        let mut net_offsets = vec![0];
-        let mut pins = Vec::new();
-        let mut degree = vec![0usize; n_vertices];
-        for net in nets {
-            if net.len() < 2 {
-                continue;
-            }
-            for &v in net {
-                degree[v as usize] += 1;
-            }
-            pins.extend_from_slice(net);
-            net_offsets.push(pins.len());
-        }
-        let mut vtx_offsets = Vec::with_capacity(n_vertices + 1);
-        vtx_offsets.push(0);
-        for d in &degree {
-            let last = vtx_offsets[vtx_offsets.len() - 1];
-            vtx_offsets.push(last + d);
-        }
-        let mut fill = vtx_offsets.clone();
-        let mut vtx_nets = vec![0u32; pins.len()];
-        for n in 0..net_offsets.len() - 1 {
-            for &v in &pins[net_offsets[n]..net_offsets[n + 1]] {
-                vtx_nets[fill[v as usize]] = n as u32;
-                fill[v as usize] += 1;
-            }
-        }
-        Hypergraph { n_vertices, net_offsets, pins, vtx_offsets, vtx_nets }
-    }
-
-    /// Number of vertices.
-    #[must_use]
-    pub fn n_vertices(&self) -> usize {
-        self.n_vertices
-    }
-
-    /// Number of nets with at least two pins.
-    #[must_use]
-    pub fn n_nets(&self) -> usize {
-        self.net_offsets.len() - 1
-    }
-
-    fn net(&self, n: usize) -> &[u32] {
-        &self.pins[self.net_offsets[n]..self.net_offsets[n + 1]]
-    }
-
-    fn nets_of(&self, v: usize) -> &[u32] {
-        &self.vtx_nets[self.vtx_offsets[v]..self.vtx_offsets[v + 1]]
-    }
-}
-
-/// Partitioner settings (validated by the strategy configs that own them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PartitionParams {
-    /// Number of shards S.
-    pub shards: usize,
-    /// Maximum rows of this partition per shard (`shards` entries; a missing entry counts as 0). A full
-    /// re-partition gives every shard the same cap; an incremental one gives each shard what the global cap
-    /// leaves after the rows it keeps.
-    pub caps: Vec<usize>,
-    /// Maximum refinement sweeps.
-    pub max_iters: usize,
-    /// Probability p of the probabilistic-fanout objective, in (0, 1].
-    pub p_fanout: f64,
-}
-
-/// What a partition run did (for tests and reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PartitionStats {
-    /// Refinement sweeps run.
-    pub sweeps: usize,
-    /// Vertex moves made by refinement.
-    pub moves: usize,
-}
-
-/// Partitions `hg` into `params.shards` shards. `init[v]` is the warm-start shard of `v` or [`UNASSIGNED`].
-/// Returns the shard of every vertex.
-pub fn partition<R: Rng>(
+/// Partitions `hg` into `params.shards` shards (parameters validated by the caller). `init[v]` is the
+/// warm-start shard of `v` or [`UNASSIGNED`]. Returns the shard of every vertex. Net weights scale each net's
+/// part of a gain.
+pub(super) fn partition<R: Rng>(
     hg: &Hypergraph,
     init: &[u16],
     params: &PartitionParams,
@@ -148,8 +60,9 @@ pub fn partition<R: Rng>(
         }
         score.fill(0.0);
         for &n in hg.nets_of(v) {
+            let w = f64::from(hg.net_weight(n as usize));
             for (sc, &c) in score.iter_mut().zip(st.net_row(n)) {
-                *sc += f64::from(c);
+                *sc += w * f64::from(c);
             }
         }
         let load = &st.load;
@@ -195,9 +108,10 @@ pub fn partition<R: Rng>(
             pen.fill(0.0);
             for &n in nets {
                 let row = st.net_row(n);
-                base += qpow[row[a] as usize - 1];
+                let w = f64::from(hg.net_weight(n as usize));
+                base += w * qpow[row[a] as usize - 1];
                 for (pe, &c) in pen.iter_mut().zip(row) {
-                    *pe += qpow[c as usize];
+                    *pe += w * qpow[c as usize];
                 }
             }
             let mut best: Option<(usize, f64)> = None;
@@ -265,7 +179,7 @@ impl State {
         let mut g = 0.0;
         for &n in hg.nets_of(v) {
             let row = self.net_row(n);
-            g += qpow[row[a] as usize - 1] - qpow[row[b] as usize];
+            g += f64::from(hg.net_weight(n as usize)) * (qpow[row[a] as usize - 1] - qpow[row[b] as usize]);
         }
         g
     }
@@ -343,44 +257,13 @@ fn most_room(load: &[usize], caps: &[usize]) -> usize {
     (0..load.len()).fold(0, |best, s| if room(s) > room(best) { s } else { best })
 }
 
-/// Index of the least loaded shard (lowest index on ties).
-pub(crate) fn least_loaded(load: &[usize]) -> usize {
-    let mut best = 0;
-    for (s, &l) in load.iter().enumerate() {
-        if l < load[best] {
-            best = s;
-        }
-    }
-    best
-}
-
-/// Mean fanout of `hg`'s nets under `part` (nets with one pin are not stored and not counted).
-#[must_use]
-pub fn mean_net_fanout(hg: &Hypergraph, part: &[u16]) -> f64 {
-    if hg.n_nets() == 0 {
-        return 1.0;
-    }
-    let mut seen: Vec<u16> = Vec::new();
-    let mut total = 0usize;
-    for n in 0..hg.n_nets() {
-        seen.clear();
-        for &v in hg.net(n) {
-            let s = part[v as usize];
-            if !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        total += seen.len();
-    }
-    total as f64 / hg.n_nets() as f64
-}
-
 #[cfg(test)]
 mod tests {
     use rand::rngs::ChaCha8Rng;
     use rand::{RngExt, SeedableRng};
 
     use super::*;
+    use crate::partition::{Partitioner, mean_net_fanout};
 
     /// Four disjoint cliques of 8 rows, each requested many times: the optimum is fanout 1 with one clique per
     /// shard, which a random start is far from.
@@ -399,10 +282,16 @@ mod tests {
     #[test]
     fn refinement_finds_the_planted_partition_from_a_bad_start() {
         let (n, nets) = cliques();
-        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
         // Round-robin warm start: every clique spread over all four shards.
         let init: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
-        let params = PartitionParams { shards: 4, caps: vec![9; 4], max_iters: 20, p_fanout: 0.5 };
+        let params = PartitionParams {
+            shards: 4,
+            caps: vec![9; 4],
+            max_iters: 20,
+            p_fanout: 0.5,
+            partitioner: Partitioner::Flat,
+        };
         let before = mean_net_fanout(&hg, &init);
         let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let after = mean_net_fanout(&hg, &part);
@@ -421,7 +310,7 @@ mod tests {
         // A lone row gains most by joining shard 0 (it removes a shard from the net and joins the largest
         // group), so wherever shard 0 has room the whole group gathers there, in any visit order.
         let nets: Vec<Vec<u32>> = (0..50).map(|_| (0..8).collect()).collect();
-        let hg = Hypergraph::new(8, nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(8, nets.iter().map(Vec::as_slice)).unwrap();
         let init: Vec<u16> = vec![0, 0, 0, 0, 0, 1, 2, 3];
         let loads = |part: &[u16]| {
             let mut load = [0usize; 4];
@@ -431,7 +320,13 @@ mod tests {
             load
         };
         for seed in 0..8 {
-            let roomy = PartitionParams { shards: 4, caps: vec![8, 3, 3, 3], max_iters: 20, p_fanout: 0.5 };
+            let roomy = PartitionParams {
+                shards: 4,
+                caps: vec![8, 3, 3, 3],
+                max_iters: 20,
+                p_fanout: 0.5,
+                partitioner: Partitioner::Flat,
+            };
             let (part, _) = partition(&hg, &init, &roomy, &mut ChaCha8Rng::seed_from_u64(seed));
             assert_eq!(loads(&part), [8, 0, 0, 0], "seed {seed}: {part:?}");
             // Shard 0 full at 5: the cap holds, and the three lone rows still gather elsewhere.
@@ -449,10 +344,16 @@ mod tests {
         // Two pairs always requested together, each split across two shards that are both at their cap:
         // no single move is legal, one swap puts each pair on its own shard.
         let nets: Vec<Vec<u32>> = (0..10).flat_map(|_| [vec![0, 1], vec![2, 3]]).collect();
-        let hg = Hypergraph::new(4, nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(4, nets.iter().map(Vec::as_slice)).unwrap();
         let init: Vec<u16> = vec![0, 1, 0, 1];
         for seed in 0..4 {
-            let params = PartitionParams { shards: 2, caps: vec![2, 2], max_iters: 4, p_fanout: 0.5 };
+            let params = PartitionParams {
+                shards: 2,
+                caps: vec![2, 2],
+                max_iters: 4,
+                p_fanout: 0.5,
+                partitioner: Partitioner::Flat,
+            };
             let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(seed));
             assert!((mean_net_fanout(&hg, &part) - 1.0).abs() < 1e-12, "seed {seed}: {part:?} {stats:?}");
             assert_eq!(part.iter().filter(|&&s| s == 0).count(), 2, "seed {seed}: {part:?}");
@@ -462,9 +363,15 @@ mod tests {
     #[test]
     fn streaming_init_respects_cap_and_groups_neighbours() {
         let (n, nets) = cliques();
-        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice));
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
         let init = vec![UNASSIGNED; n];
-        let params = PartitionParams { shards: 4, caps: vec![8; 4], max_iters: 0, p_fanout: 0.5 };
+        let params = PartitionParams {
+            shards: 4,
+            caps: vec![8; 4],
+            max_iters: 0,
+            p_fanout: 0.5,
+            partitioner: Partitioner::Flat,
+        };
         let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let mut load = [0usize; 4];
         for &s in &part {

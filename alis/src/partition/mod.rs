@@ -1,0 +1,564 @@
+//! Hypergraph partitioning of rows under per-shard caps: the partitioner behind the `static`, `direct`,
+//! `full` strategies and ALIS's light incremental step.
+//!
+//! Requests are nets (hyperedges) over rows (vertices); the objective is the connectivity
+//! `km1 = Σ_e w(e)·(λ(e) − 1)`, λ = shards a net touches, so the mean fanout of the nets is `1 + km1/|nets|`
+//! for unit weights. Two partitioners, chosen by [`Partitioner`]:
+//!
+//! - [`Partitioner::Multilevel`] (default, `multilevel.rs`, `refine.rs`, `hg.rs`): heavy-net coarsening,
+//!   recursive multilevel bisection of the coarsest hypergraph (a portfolio of seeded tries, the best kept),
+//!   then label propagation and FM refinement with a gain cache at every level on the way up. The standard
+//!   multilevel route of `hMETIS`, `KaHyPar` and Mt-KaHyPar, written for this crate: no hypergraph partitioner for
+//!   the connectivity objective exists as a pure-Rust crate that builds for wasm32, and the C++ ones would bring
+//!   threads, a C++ toolchain and I/O into a sans-IO core. Integer gains throughout, seeded, no threads.
+//! - [`Partitioner::Flat`] (`flat.rs`): the first partitioner of this crate, kept for comparison: LDG streaming
+//!   initialisation, probabilistic-fanout local search and pairwise swaps between full shards.
+//!
+//! Rows on no net (requests of one row, or rows of other windows) carry no co-location signal: both
+//! partitioners set them aside and place them last, into the room the others leave (a warm-start shard is
+//! kept while it has room).
+
+mod flat;
+mod hg;
+mod multilevel;
+mod refine;
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::AlisError;
+
+/// Sentinel for "no warm-start shard".
+pub const UNASSIGNED: u16 = u16::MAX;
+
+/// Most shards a partition may have (the crate's limit on S).
+pub const MAX_SHARDS: usize = 4096;
+
+/// A hypergraph in compressed form: weighted nets (requests) over local vertex ids `0..n_vertices`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hypergraph {
+    n_vertices: usize,
+    net_offsets: Vec<usize>,
+    pins: Vec<u32>,
+    net_weights: Vec<u32>,
+    vtx_offsets: Vec<usize>,
+    vtx_nets: Vec<u32>,
+}
+
+impl Hypergraph {
+    /// Builds the hypergraph from nets of weight 1 given as lists of distinct vertex ids `< n_vertices`.
+    /// Nets with a single pin are dropped: they cost fanout 1 wherever the row is.
+    pub fn new<'a>(n_vertices: usize, nets: impl IntoIterator<Item = &'a [u32]>) -> Result<Self, AlisError> {
+        Self::with_weights(n_vertices, nets.into_iter().map(|n| (n, 1)))
+    }
+
+    /// Builds the hypergraph from `(pins, weight)` nets. Nets with a single pin or weight 0 are dropped.
+    /// Refuses a pin `≥ n_vertices`, a pin repeated within a net, more than `u32::MAX` vertices, and net
+    /// weights whose sum exceeds `i64::MAX` (gains are summed in `i64`).
+    pub fn with_weights<'a>(
+        n_vertices: usize,
+        nets: impl IntoIterator<Item = (&'a [u32], u32)>,
+    ) -> Result<Self, AlisError> {
+        if n_vertices > u32::MAX as usize {
+            return Err(AlisError::InvalidParam {
+                field: "n_vertices",
+                value: n_vertices.to_string(),
+                allowed: format!("0..={}", u32::MAX),
+            });
+        }
+        let mut net_offsets = vec![0];
+        let mut pins: Vec<u32> = Vec::new();
+        let mut net_weights = Vec::new();
+        let mut degree = vec![0usize; n_vertices];
+        // `mark[v]` = 1 + the index of the last net that held v, to find repeated pins in O(pins).
+        let mut mark = vec![0usize; n_vertices];
+        let mut total_weight: u64 = 0;
+        for (i, (net, w)) in nets.into_iter().enumerate() {
+            for &v in net {
+                let Some(m) = mark.get_mut(v as usize) else {
+                    return Err(AlisError::InvalidParam {
+                        field: "nets",
+                        value: format!("net {i}: pin {v}"),
+                        allowed: format!("vertex ids < n_vertices = {n_vertices}"),
+                    });
+                };
+                if *m == i + 1 {
+                    return Err(AlisError::InvalidParam {
+                        field: "nets",
+                        value: format!("net {i}: pin {v} repeated"),
+                        allowed: "distinct vertex ids within a net".into(),
+                    });
+                }
+                *m = i + 1;
+            }
+            if net.len() < 2 || w == 0 {
+                continue;
+            }
+            total_weight =
+                total_weight.checked_add(u64::from(w)).filter(|&t| i64::try_from(t).is_ok()).ok_or_else(|| {
+                    AlisError::InvalidParam {
+                        field: "net_weights",
+                        value: format!("sum above {} at net {i}", i64::MAX),
+                        allowed: format!("a sum of net weights <= {}", i64::MAX),
+                    }
+                })?;
+            for &v in net {
+                degree[v as usize] += 1;
+            }
+            pins.extend_from_slice(net);
+            net_offsets.push(pins.len());
+            net_weights.push(w);
+        }
+        let mut vtx_offsets = Vec::with_capacity(n_vertices + 1);
+        vtx_offsets.push(0);
+        let mut acc = 0usize;
+        for d in &degree {
+            acc += d;
+            vtx_offsets.push(acc);
+        }
+        let mut fill = vtx_offsets.clone();
+        let mut vtx_nets = vec![0u32; pins.len()];
+        for n in 0..net_offsets.len() - 1 {
+            for &v in &pins[net_offsets[n]..net_offsets[n + 1]] {
+                vtx_nets[fill[v as usize]] = n as u32;
+                fill[v as usize] += 1;
+            }
+        }
+        Ok(Hypergraph { n_vertices, net_offsets, pins, net_weights, vtx_offsets, vtx_nets })
+    }
+
+    /// Number of vertices.
+    #[must_use]
+    pub fn n_vertices(&self) -> usize {
+        self.n_vertices
+    }
+
+    /// Number of nets kept (at least two pins, positive weight).
+    #[must_use]
+    pub fn n_nets(&self) -> usize {
+        self.net_offsets.len() - 1
+    }
+
+    /// Number of pins of the kept nets.
+    #[must_use]
+    pub fn n_pins(&self) -> usize {
+        self.pins.len()
+    }
+
+    /// Pins of net `n`.
+    #[must_use]
+    pub fn net(&self, n: usize) -> &[u32] {
+        &self.pins[self.net_offsets[n]..self.net_offsets[n + 1]]
+    }
+
+    /// Weight of net `n`.
+    #[must_use]
+    pub fn net_weight(&self, n: usize) -> u32 {
+        self.net_weights[n]
+    }
+
+    /// Nets of vertex `v`.
+    fn nets_of(&self, v: usize) -> &[u32] {
+        &self.vtx_nets[self.vtx_offsets[v]..self.vtx_offsets[v + 1]]
+    }
+}
+
+/// Which partitioner runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Partitioner {
+    /// Multilevel: coarsening, recursive bisection, label propagation and FM at every level.
+    #[default]
+    Multilevel,
+    /// The flat local search (LDG initialisation, probabilistic-fanout moves, swaps).
+    Flat,
+}
+
+/// Names of the partitioners, as [`Partitioner`]'s `FromStr` reads them.
+pub const PARTITIONER_NAMES: [&str; 2] = ["multilevel", "flat"];
+
+impl fmt::Display for Partitioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Partitioner::Multilevel => "multilevel",
+            Partitioner::Flat => "flat",
+        })
+    }
+}
+
+impl FromStr for Partitioner {
+    type Err = AlisError;
+    fn from_str(s: &str) -> Result<Self, AlisError> {
+        match s {
+            "multilevel" => Ok(Partitioner::Multilevel),
+            "flat" => Ok(Partitioner::Flat),
+            other => Err(AlisError::InvalidParam {
+                field: "partitioner",
+                value: other.to_string(),
+                allowed: PARTITIONER_NAMES.join(", "),
+            }),
+        }
+    }
+}
+
+/// Partitioner settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionParams {
+    /// Number of shards S (1..=[`MAX_SHARDS`]).
+    pub shards: usize,
+    /// Maximum rows of this partition per shard, one entry per shard, summing to at least the vertex count. A
+    /// full re-partition gives every shard the same cap; an incremental one gives each shard what the global
+    /// cap leaves after the rows it keeps.
+    pub caps: Vec<usize>,
+    /// Refinement effort: flat, the local-search sweeps; multilevel, the FM passes per level (0: label
+    /// propagation only). At most 1000.
+    pub max_iters: usize,
+    /// Probability p of the flat partitioner's probabilistic-fanout objective, in (0, 1].
+    pub p_fanout: f64,
+    /// Which partitioner runs.
+    pub partitioner: Partitioner,
+}
+
+impl PartitionParams {
+    /// Checks the settings against a hypergraph of `n_vertices` and a warm start of `init_len` entries;
+    /// the error names the field, its value and the allowed range.
+    pub fn validate(&self, n_vertices: usize, init_len: usize) -> Result<(), AlisError> {
+        let bad = |field: &'static str, value: String, allowed: String| {
+            Err(AlisError::InvalidParam { field, value, allowed })
+        };
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            return bad("shards", self.shards.to_string(), format!("1..={MAX_SHARDS}"));
+        }
+        if self.caps.len() != self.shards {
+            return bad("caps", format!("{} entries", self.caps.len()), format!("one per shard ({})", self.shards));
+        }
+        let room = self.caps.iter().fold(0u128, |a, &c| a + c as u128);
+        if room < n_vertices as u128 {
+            return bad("caps", format!("sum {room}"), format!(">= the vertex count {n_vertices}"));
+        }
+        if self.max_iters > 1000 {
+            return bad("max_iters", self.max_iters.to_string(), "0..=1000".into());
+        }
+        if !(self.p_fanout > 0.0 && self.p_fanout <= 1.0) {
+            return bad("p_fanout", self.p_fanout.to_string(), "(0, 1]".into());
+        }
+        if init_len != n_vertices {
+            return bad("init", format!("{init_len} entries"), format!("one per vertex ({n_vertices})"));
+        }
+        Ok(())
+    }
+}
+
+/// What a partition run did (for tests and reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartitionStats {
+    /// Flat: refinement sweeps run. Multilevel: 0.
+    pub sweeps: usize,
+    /// Flat: vertex moves made by refinement. Multilevel: 0.
+    pub moves: usize,
+}
+
+/// Partitions `hg` into `params.shards` shards under `params.caps`. `init[v]` is the warm-start shard of `v`
+/// or [`UNASSIGNED`]; the multilevel partitioner refines the warm start (it is never made worse when it
+/// respects the caps), the flat one keeps it as its starting point. Returns the shard of every vertex; every
+/// shard holds at most its cap. Deterministic for a given `rng` state.
+pub fn partition<R: Rng>(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    rng: &mut R,
+) -> Result<(Vec<u16>, PartitionStats), AlisError> {
+    params.validate(hg.n_vertices, init.len())?;
+    if let Some((v, &s)) = init.iter().enumerate().find(|&(_, &s)| s != UNASSIGNED && s as usize >= params.shards) {
+        return Err(AlisError::InvalidParam {
+            field: "init",
+            value: format!("vertex {v}: shard {s}"),
+            allowed: format!("0..{} or UNASSIGNED", params.shards),
+        });
+    }
+    Ok(match params.partitioner {
+        Partitioner::Flat => flat::partition(hg, init, params, rng),
+        Partitioner::Multilevel => (partition_multilevel(hg, init, params, rng), PartitionStats::default()),
+    })
+}
+
+/// [`partition`] with a ChaCha8 generator seeded with `seed` (for callers without a generator of their own).
+pub fn partition_seeded(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    seed: u64,
+) -> Result<(Vec<u16>, PartitionStats), AlisError> {
+    use rand::SeedableRng;
+    partition(hg, init, params, &mut rand::rngs::ChaCha8Rng::seed_from_u64(seed))
+}
+
+/// The multilevel partitioner on the vertices with nets; the others fill the room left.
+fn partition_multilevel<R: Rng>(hg: &Hypergraph, init: &[u16], params: &PartitionParams, rng: &mut R) -> Vec<u16> {
+    let k = params.shards;
+    let n = hg.n_vertices;
+    let mut part = vec![UNASSIGNED; n];
+    let mut load = vec![0u64; k];
+    // Isolated vertices with a warm start keep it while it has room; their room is not the others'.
+    for v in 0..n {
+        let s = init[v];
+        if hg.nets_of(v).is_empty() && s != UNASSIGNED && load[s as usize] < params.caps[s as usize] as u64 {
+            part[v] = s;
+            load[s as usize] += 1;
+        }
+    }
+    let connected: Vec<u32> = (0..n as u32).filter(|&v| !hg.nets_of(v as usize).is_empty()).collect();
+    let mut local = vec![u32::MAX; n];
+    for (i, &v) in connected.iter().enumerate() {
+        local[v as usize] = i as u32;
+    }
+    let mut net_off = Vec::with_capacity(hg.n_nets() + 1);
+    net_off.push(0);
+    let mut pins = Vec::with_capacity(hg.n_pins());
+    let mut nw = Vec::with_capacity(hg.n_nets());
+    for e in 0..hg.n_nets() {
+        pins.extend(hg.net(e).iter().map(|&v| local[v as usize]));
+        net_off.push(pins.len());
+        nw.push(i64::from(hg.net_weights[e]));
+    }
+    let nc = connected.len();
+    let fine = hg::Hg::build(vec![1; nc], net_off, pins, nw);
+    // Identity contraction: sorts pins and merges parallel nets (repeated requests) into one weighted net.
+    let identity: Vec<u32> = (0..nc as u32).collect();
+    let fine = fine.contract(&identity, nc);
+    let caps: Vec<u64> = params.caps.iter().zip(&load).map(|(&c, &l)| (c as u64).saturating_sub(l)).collect();
+    let warm: Vec<u16> = connected.iter().map(|&v| init[v as usize]).collect();
+    let warm = warm.iter().any(|&s| s != UNASSIGNED).then_some(warm);
+    let settings = multilevel::Settings::standard(params.max_iters.div_ceil(2));
+    let free = connected.len().abs_diff(n) as u64 - load.iter().sum::<u64>();
+    let sub = multilevel::multilevel(&fine, &caps, free, warm.as_deref(), &settings, rng);
+    for (i, &v) in connected.iter().enumerate() {
+        part[v as usize] = sub[i];
+        load[sub[i] as usize] += 1;
+    }
+    for p in &mut part {
+        if *p == UNASSIGNED {
+            let s = most_room(&load, &params.caps);
+            *p = s as u16;
+            load[s] += 1;
+        }
+    }
+    part
+}
+
+/// Index of the shard with the most room under its cap (lowest index on ties; room may be negative).
+fn most_room(load: &[u64], caps: &[usize]) -> usize {
+    let room = |s: usize| caps[s] as i128 - i128::from(load[s]);
+    (0..load.len()).fold(0, |best, s| if room(s) > room(best) { s } else { best })
+}
+
+/// Index of the least loaded shard (lowest index on ties).
+pub(crate) fn least_loaded(load: &[usize]) -> usize {
+    let mut best = 0;
+    for (s, &l) in load.iter().enumerate() {
+        if l < load[best] {
+            best = s;
+        }
+    }
+    best
+}
+
+/// Mean fanout of `hg`'s nets under `part`, unweighted (nets with one pin are not stored and not counted).
+#[must_use]
+pub fn mean_net_fanout(hg: &Hypergraph, part: &[u16]) -> f64 {
+    if hg.n_nets() == 0 {
+        return 1.0;
+    }
+    let mut seen: Vec<u16> = Vec::new();
+    let mut total = 0usize;
+    for n in 0..hg.n_nets() {
+        seen.clear();
+        for &v in hg.net(n) {
+            let s = part[v as usize];
+            if !seen.contains(&s) {
+                seen.push(s);
+            }
+        }
+        total += seen.len();
+    }
+    total as f64 / hg.n_nets() as f64
+}
+
+/// The connectivity objective `Σ_e w(e)·(λ(e) − 1)` of `part` on `hg` (Mt-KaHyPar's and `KaHyPar`'s "km1").
+#[must_use]
+pub fn km1(hg: &Hypergraph, part: &[u16]) -> u64 {
+    let mut seen: Vec<u16> = Vec::new();
+    let mut total = 0u64;
+    for n in 0..hg.n_nets() {
+        seen.clear();
+        for &v in hg.net(n) {
+            let s = part[v as usize];
+            if !seen.contains(&s) {
+                seen.push(s);
+            }
+        }
+        total = total.saturating_add(u64::from(hg.net_weights[n]) * (seen.len() as u64 - 1));
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::ChaCha8Rng;
+    use rand::{RngExt, SeedableRng};
+
+    use super::*;
+
+    fn params(shards: usize, caps: Vec<usize>) -> PartitionParams {
+        PartitionParams { shards, caps, max_iters: 8, p_fanout: 0.5, partitioner: Partitioner::Multilevel }
+    }
+
+    fn loads(part: &[u16], shards: usize) -> Vec<usize> {
+        let mut load = vec![0; shards];
+        for &s in part {
+            load[s as usize] += 1;
+        }
+        load
+    }
+
+    /// `groups` groups of `size` rows; every net picks 2–6 rows of one group, or with probability `noise` of
+    /// any group. Without noise the planted partition (one group per shard) cuts nothing.
+    fn planted(seed: u64, groups: u32, size: u32, nets: usize, noise: f64) -> (usize, Vec<Vec<u32>>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n = (groups * size) as usize;
+        let mut out = Vec::new();
+        for _ in 0..nets {
+            let g = rng.random_range(0..groups);
+            let len = rng.random_range(2..7usize);
+            let mut net: Vec<u32> = Vec::new();
+            while net.len() < len {
+                let v = if rng.random::<f64>() < noise {
+                    rng.random_range(0..n as u32)
+                } else {
+                    g * size + rng.random_range(0..size)
+                };
+                if !net.contains(&v) {
+                    net.push(v);
+                }
+            }
+            out.push(net);
+        }
+        (n, out)
+    }
+
+    #[test]
+    fn finds_the_planted_partition_of_a_clustered_hypergraph() {
+        // Four groups of 60 rows, caps of 63: the only partitions that cut nothing put one group on each shard.
+        for seed in 0..3 {
+            let (n, nets) = planted(seed, 4, 60, 600, 0.0);
+            let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+            let (part, _) = partition_seeded(&hg, &vec![UNASSIGNED; n], &params(4, vec![63; 4]), seed).unwrap();
+            assert_eq!(km1(&hg, &part), 0, "seed {seed}");
+            for g in 0..4 {
+                let first = part[g * 60];
+                assert!(part[g * 60..(g + 1) * 60].iter().all(|&s| s == first), "seed {seed}: group {g} split");
+            }
+        }
+    }
+
+    #[test]
+    fn with_noise_it_is_no_worse_than_the_planted_partition() {
+        for seed in 0..3 {
+            let (n, nets) = planted(seed + 10, 8, 40, 900, 0.03);
+            let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+            let planted: Vec<u16> = (0..n).map(|v| (v / 40) as u16).collect();
+            let (part, _) = partition_seeded(&hg, &vec![UNASSIGNED; n], &params(8, vec![42; 8]), seed).unwrap();
+            assert!(km1(&hg, &part) <= km1(&hg, &planted), "seed {seed}: {} > {}", km1(&hg, &part), km1(&hg, &planted));
+            assert!(loads(&part, 8).iter().all(|&l| l <= 42));
+        }
+    }
+
+    #[test]
+    fn never_breaks_a_cap_even_uneven_or_without_slack() {
+        // Random hypergraphs (noise 1: no structure), caps with no slack at all, uneven caps, and a shard with
+        // no room; isolated rows (the last 30) fill what is left.
+        for seed in 0..4 {
+            let (n, nets) = planted(seed + 20, 1, 200, 500, 1.0);
+            let hg = Hypergraph::new(n + 30, nets.iter().map(Vec::as_slice)).unwrap();
+            for caps in [vec![58; 4], vec![100, 60, 40, 30], vec![0, 120, 60, 50], vec![230]] {
+                let shards = caps.len();
+                let (part, _) =
+                    partition_seeded(&hg, &vec![UNASSIGNED; n + 30], &params(shards, caps.clone()), seed).unwrap();
+                let load = loads(&part, shards);
+                assert!(load.iter().zip(&caps).all(|(l, c)| l <= c), "seed {seed}: {load:?} over {caps:?}");
+                assert_eq!(load.iter().sum::<usize>(), n + 30);
+            }
+        }
+    }
+
+    #[test]
+    fn is_deterministic_for_a_seed() {
+        let (n, nets) = planted(5, 6, 50, 700, 0.1);
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+        let run = |seed| partition_seeded(&hg, &vec![UNASSIGNED; n], &params(6, vec![53; 6]), seed).unwrap().0;
+        assert_eq!(run(3), run(3));
+        // Another seed takes other random choices (the visit orders differ), so the result may differ; it is
+        // still a valid partition.
+        assert_eq!(run(4).len(), n);
+    }
+
+    #[test]
+    fn a_warm_start_is_never_made_worse() {
+        for seed in 0..4 {
+            let (n, nets) = planted(seed + 30, 4, 50, 500, 0.2);
+            let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            // A feasible warm start: the planted groups with a few rows swapped at random.
+            let mut init: Vec<u16> = (0..n).map(|v| (v / 50) as u16).collect();
+            for _ in 0..40 {
+                let (a, b) = (rng.random_range(0..n), rng.random_range(0..n));
+                init.swap(a, b);
+            }
+            let caps = vec![52; 4];
+            let (part, _) = partition_seeded(&hg, &init, &params(4, caps), seed).unwrap();
+            assert!(km1(&hg, &part) <= km1(&hg, &init), "seed {seed}: {} > {}", km1(&hg, &part), km1(&hg, &init));
+            assert!(loads(&part, 4).iter().all(|&l| l <= 52));
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused_by_name() {
+        let msg = |r: Result<Hypergraph, AlisError>| r.err().map(|e| e.to_string()).unwrap_or_default();
+        let e = msg(Hypergraph::new(3, [&[0u32, 3][..]]));
+        assert!(e.contains("nets") && e.contains("pin 3") && e.contains("n_vertices = 3"), "{e}");
+        let e = msg(Hypergraph::new(3, [&[1u32, 2, 1][..]]));
+        assert!(e.contains("repeated"), "{e}");
+        let hg = Hypergraph::new(4, [&[0u32, 1][..], &[2, 3][..]]).unwrap();
+        let run = |init: &[u16], p: &PartitionParams| {
+            partition_seeded(&hg, init, p, 0).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let e = run(&[UNASSIGNED; 4], &params(2, vec![1, 2]));
+        assert!(e.contains("caps") && e.contains("sum 3") && e.contains(">= the vertex count 4"), "{e}");
+        let e = run(&[UNASSIGNED; 4], &params(2, vec![4]));
+        assert!(e.contains("caps") && e.contains("1 entries"), "{e}");
+        let e = run(&[UNASSIGNED; 3], &params(2, vec![2, 2]));
+        assert!(e.contains("init") && e.contains("3 entries"), "{e}");
+        let e = run(&[0, 1, 2, 0], &params(2, vec![2, 2]));
+        assert!(e.contains("init") && e.contains("vertex 2: shard 2"), "{e}");
+        let e = run(&[UNASSIGNED; 4], &params(0, vec![]));
+        assert!(e.contains("shards") && e.contains("1..=4096"), "{e}");
+        assert!("kahypar".parse::<Partitioner>().is_err());
+        assert_eq!("flat".parse::<Partitioner>().ok(), Some(Partitioner::Flat));
+    }
+
+    #[test]
+    fn parallel_nets_count_by_weight() {
+        // The same request twice weighs as much as one request of weight 2.
+        let twice = Hypergraph::new(3, [&[0u32, 1][..], &[0, 1][..], &[1, 2][..]]).unwrap();
+        let weighted = Hypergraph::with_weights(3, [(&[0u32, 1][..], 2), (&[1, 2][..], 1)]).unwrap();
+        for part in [[0u16, 1, 1], [0, 0, 1], [0, 1, 0]] {
+            assert_eq!(km1(&twice, &part), km1(&weighted, &part));
+        }
+        let hg = Hypergraph::with_weights(4, [(&[0u32, 1][..], 5), (&[1, 2][..], 1), (&[2, 3][..], 5)]).unwrap();
+        let (part, _) = partition_seeded(&hg, &[UNASSIGNED; 4], &params(2, vec![2, 2]), 1).unwrap();
+        assert_eq!(km1(&hg, &part), 1, "{part:?}");
+    }
+}

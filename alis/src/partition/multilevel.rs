@@ -1,0 +1,569 @@
+//! The multilevel partitioner: coarsen by heavy co-access, partition the coarsest hypergraph, then project
+//! back level by level, refining at every level.
+//!
+//! - **Coarsening.** First a lossless step: vertices on exactly the same nets (a window's rows requested
+//!   once, by the same request) are merged, up to a thirtieth of a block. Then heavy-net clustering, as
+//!   Mt-KaHyPar's default: vertices are visited in a seeded random order; a vertex not yet in a cluster joins
+//!   the neighbouring cluster of the highest rating `Σ_{e ∋ u, e ∩ C ≠ ∅} w(e)/(|e| − 1)` whose weight stays
+//!   within `⌈W / (160·k)⌉` (ties to a cluster that is still a single vertex). A pass stops once the vertex
+//!   count has shrunk 2.5-fold; coarsening stops at `160·k` vertices or when a pass shrinks the hypergraph by
+//!   less than 1%. Contraction merges parallel nets into one weighted net. With a warm start, only vertices
+//!   of the same block (or without one) are merged, so the warm start is a partition of every level.
+//! - **Initial partitioning** of the coarsest hypergraph: the warm start where there is one (vertices without
+//!   a block go greedily to the block with room they share most net weight with); otherwise recursive
+//!   bisection, each bisection itself multilevel, its coarsest level bisected by a portfolio of seeded tries
+//!   (greedy hypergraph growing to the side's proportional share or until the side is full, BFS growing,
+//!   random) each refined, the best kept. A bisection gives each side its share of the final weight in
+//!   proportion to its room, plus `1/d` of the room beyond (`d` = bisection levels left), so deeper bisections
+//!   keep room to balance; the final weight counts the vertices on no net, which fill whatever room is left,
+//!   so when the caps leave room one side may take a whole group of rows that is requested together.
+//! - **Refinement** at every level ([`super::refine`]): rebalancing when a block is over its cap, label
+//!   propagation, then FM passes until one gains nothing.
+
+// The partitioning literature's names: v and u vertices, e a net, a and b (or t) blocks, k the block count,
+// w weights, g gains. Spelt out, the gain formulas stop reading like the papers they come from.
+#![allow(clippy::many_single_char_names)]
+
+use std::collections::VecDeque;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, RngExt};
+
+use super::UNASSIGNED;
+use super::hg::Hg;
+use super::refine::PartState;
+
+/// Coarsening stops at this many vertices per block (Mt-KaHyPar's contraction limit multiplier).
+const CONTRACTION_PER_BLOCK: usize = 160;
+/// Nets with more pins than this do not rate clusters (their rating is tiny and costs a pass over them).
+const RATING_NET_LIMIT: usize = 1000;
+
+/// Settings of one multilevel run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings {
+    /// Label propagation rounds at the finest level.
+    pub lp_rounds: usize,
+    /// FM passes at the finest level (a pass that gains nothing ends them).
+    pub fm_passes: usize,
+    /// Label propagation rounds at the coarser levels.
+    pub lp_coarse: usize,
+    /// FM passes at the coarser levels.
+    pub fm_coarse: usize,
+    /// Moves without a new best after which an FM pass stops.
+    pub patience: usize,
+    /// Seeded tries of the flat bisection on the coarsest level of a bisection.
+    pub tries: usize,
+    /// FM passes of each bisection try.
+    pub try_fm: usize,
+}
+
+impl Settings {
+    /// The settings every strategy uses, with `fm_passes` FM passes at the finest level: four seeded
+    /// bisection tries, label propagation (3 rounds at the finest level, 2 at coarser ones) and FM (one pass
+    /// at coarser levels, 50 moves of patience). Chosen on the hypergraphs of `docs/ALIS.md`'s streams against
+    /// Mt-KaHyPar: more tries and passes bought little quality for their time.
+    pub fn standard(fm_passes: usize) -> Self {
+        Settings {
+            lp_rounds: 3,
+            fm_passes,
+            lp_coarse: 2,
+            fm_coarse: fm_passes.min(1),
+            patience: 50,
+            tries: 4,
+            try_fm: 1,
+        }
+    }
+}
+
+/// Partitions `hg` into `caps.len()` blocks of at most `caps[b]` weight, starting from `init` (a block per
+/// vertex or [`UNASSIGNED`]) when given.
+/// `free` is the weight of vertices outside `hg` (on no net) that will fill the room left: recursive
+/// bisection counts them when it shares the room between its sides.
+pub(super) fn multilevel<R: Rng>(
+    hg: &Hg,
+    caps: &[u64],
+    free: u64,
+    init: Option<&[u16]>,
+    s: &Settings,
+    rng: &mut R,
+) -> Vec<u16> {
+    let k = caps.len();
+    if hg.n() == 0 {
+        return Vec::new();
+    }
+    if k == 1 {
+        return vec![0; hg.n()];
+    }
+    let limit = CONTRACTION_PER_BLOCK * k;
+    let w_max = hg.total_w.div_ceil(limit as u64).max(1);
+    let mut levels: Vec<Hg> = Vec::new();
+    let mut maps: Vec<Vec<u32>> = Vec::new();
+    let mut blocks: Option<Vec<u16>> = init.map(<[u16]>::to_vec);
+    // First, the lossless step: vertices on exactly the same nets (and in the same warm-start block) are
+    // interchangeable; merging them changes no partition's km1, only the balance granularity, so their merged
+    // weight is capped at `⌈W / (32·k)⌉` (a thirtieth of a block at most).
+    if hg.n() > limit / 2 {
+        let w_id = hg.total_w.div_ceil(32 * k as u64).max(w_max);
+        let (map, nc, coarse_blocks) = identical(hg, w_id, blocks.as_deref());
+        if nc as u128 * 100 <= hg.n() as u128 * 95 {
+            levels.push(hg.contract(&map, nc));
+            maps.push(map);
+            blocks = coarse_blocks;
+        }
+    }
+    loop {
+        let cur: &Hg = levels.last().unwrap_or(hg);
+        let n = cur.n();
+        if n <= limit {
+            break;
+        }
+        let target = limit.max(n * 2 / 5);
+        let (map, nc, coarse_blocks) = cluster(cur, w_max, blocks.as_deref(), target, rng);
+        // Less than 1% fewer vertices: coarsening has stalled.
+        if nc as u128 * 100 > n as u128 * 99 {
+            break;
+        }
+        let coarse = cur.contract(&map, nc);
+        levels.push(coarse);
+        maps.push(map);
+        blocks = coarse_blocks;
+    }
+    let coarsest: &Hg = levels.last().unwrap_or(hg);
+    let part = match &blocks {
+        Some(b) => complete_warm_start(coarsest, k, b, caps),
+        None if k == 2 => bisect(coarsest, caps, s, rng),
+        None => recursive_bisection(coarsest, caps, coarsest.total_w.saturating_add(free), s, rng),
+    };
+    let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
+    let mut part = refine(coarsest, k, part, caps, if levels.is_empty() { s } else { &mid }, rng).0;
+    for i in (0..levels.len()).rev() {
+        let fine: &Hg = if i == 0 { hg } else { &levels[i - 1] };
+        let projected: Vec<u16> = maps[i].iter().map(|&c| part[c as usize]).collect();
+        part = refine(fine, k, projected, caps, if i == 0 { s } else { &mid }, rng).0;
+    }
+    part
+}
+
+/// Rebalances, then label propagation and FM passes. Returns the partition, its km1 and its overload.
+fn refine<R: Rng>(hg: &Hg, k: usize, part: Vec<u16>, caps: &[u64], s: &Settings, rng: &mut R) -> (Vec<u16>, i64, u64) {
+    let mut st = PartState::new(hg, k, part);
+    st.rebalance(caps);
+    st.label_propagation(caps, s.lp_rounds, rng);
+    if st.has_cache() {
+        for _ in 0..s.fm_passes {
+            if st.fm(caps, s.patience, rng) <= 0 {
+                break;
+            }
+        }
+    }
+    let (km1, over) = (st.km1(), st.overload(caps));
+    (st.part, km1, over)
+}
+
+/// One pass of heavy-net clustering. `blocks` (a block or [`UNASSIGNED`] per vertex) restricts clusters to one
+/// block. Stops joining once `target` clusters remain. Returns the cluster of every vertex (dense ids in order
+/// of first member), the cluster count and the clusters' blocks.
+#[inline(never)]
+fn cluster<R: Rng>(
+    hg: &Hg,
+    w_max: u64,
+    blocks: Option<&[u16]>,
+    target: usize,
+    rng: &mut R,
+) -> (Vec<u32>, usize, Option<Vec<u16>>) {
+    let n = hg.n();
+    let mut rep: Vec<u32> = (0..n as u32).collect();
+    let mut cw: Vec<u64> = hg.vw.clone();
+    let mut single = vec![true; n];
+    let mut blk: Option<Vec<u16>> = blocks.map(<[u16]>::to_vec);
+    let mut rating = vec![0f64; n];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(rng);
+    // Each net's rating w(e)/(|e| − 1), once per pass; 0 for nets too large to rate.
+    let net_rating: Vec<f64> = (0..hg.m())
+        .map(|e| {
+            let size = hg.net_size(e);
+            if size > RATING_NET_LIMIT { 0.0 } else { hg.nw[e] as f64 / (size - 1) as f64 }
+        })
+        .collect();
+    let mut count = n;
+    for &u in &order {
+        if count <= target {
+            break;
+        }
+        let u = u as usize;
+        if !single[u] {
+            continue;
+        }
+        for &e in hg.nets_of(u) {
+            let r = net_rating[e as usize];
+            if r != 0.0 {
+                // u's own cluster (u itself: it is a single vertex) is rated too, and skipped below.
+                rate(hg.net(e as usize), &rep, &mut rating, &mut touched, r);
+            }
+        }
+        let mut best: Option<(f64, bool, usize)> = None;
+        for &c in &touched {
+            let c = c as usize;
+            if c == u || cw[c] + hg.vw[u] > w_max {
+                continue;
+            }
+            if let Some(b) = &blk
+                && b[c] != b[u]
+                && b[c] != UNASSIGNED
+                && b[u] != UNASSIGNED
+            {
+                continue;
+            }
+            let r = rating[c];
+            let better = match best {
+                None => true,
+                Some((br, bs, _)) => r > br || (r == br && single[c] && !bs),
+            };
+            if better {
+                best = Some((r, single[c], c));
+            }
+        }
+        for &c in &touched {
+            rating[c as usize] = 0.0;
+        }
+        touched.clear();
+        if let Some((_, _, c)) = best {
+            rep[u] = c as u32;
+            cw[c] += hg.vw[u];
+            single[u] = false;
+            single[c] = false;
+            if let Some(b) = blk.as_mut()
+                && b[c] == UNASSIGNED
+            {
+                b[c] = b[u];
+            }
+            count -= 1;
+        }
+    }
+    let mut id = vec![u32::MAX; n];
+    let mut map = vec![0u32; n];
+    let mut next = 0u32;
+    for v in 0..n {
+        let r = rep[v] as usize;
+        if id[r] == u32::MAX {
+            id[r] = next;
+            next += 1;
+        }
+        map[v] = id[r];
+    }
+    let coarse_blocks = blk.map(|b| {
+        let mut cb = vec![UNASSIGNED; next as usize];
+        for v in 0..n {
+            if rep[v] as usize == v {
+                cb[id[v] as usize] = b[v];
+            }
+        }
+        cb
+    });
+    (map, next as usize, coarse_blocks)
+}
+
+/// Groups vertices with identical net lists (and warm-start blocks) into clusters of weight at most `w_id`.
+/// Returns the cluster of every vertex (dense ids in order of first member), the count, and the clusters'
+/// blocks.
+fn identical(hg: &Hg, w_id: u64, blocks: Option<&[u16]>) -> (Vec<u32>, usize, Option<Vec<u16>>) {
+    let n = hg.n();
+    let key = |v: usize| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ blocks.map_or(0, |b| u64::from(b[v]));
+        for &e in hg.nets_of(v) {
+            h ^= u64::from(e);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut keys: Vec<(u64, u32)> = (0..n).map(|v| (key(v), v as u32)).collect();
+    keys.sort_unstable();
+    let same = |a: usize, b: usize| hg.nets_of(a) == hg.nets_of(b) && blocks.is_none_or(|bl| bl[a] == bl[b]);
+    let mut rep: Vec<u32> = (0..n as u32).collect();
+    let mut i = 0;
+    while i < keys.len() {
+        let mut j = i + 1;
+        while j < keys.len() && keys[j].0 == keys[i].0 {
+            j += 1;
+        }
+        // Within a run of equal keys (vertices in increasing order), each vertex joins the open class of an
+        // equal earlier vertex while the class has room; a full class closes and the vertex opens a new one.
+        let mut open: Vec<(usize, u64)> = Vec::new();
+        for &(_, v) in &keys[i..j] {
+            let v = v as usize;
+            let w = hg.vw[v];
+            if let Some((r, cw)) = open.iter_mut().find(|(r, cw)| same(*r, v) && *cw + w <= w_id) {
+                rep[v] = *r as u32;
+                *cw += w;
+            } else {
+                open.retain(|(r, _)| !same(*r, v));
+                open.push((v, w));
+            }
+        }
+        i = j;
+    }
+    let mut id = vec![u32::MAX; n];
+    let mut map = vec![0u32; n];
+    let mut next = 0u32;
+    for v in 0..n {
+        let r = rep[v] as usize;
+        if id[r] == u32::MAX {
+            id[r] = next;
+            next += 1;
+        }
+        map[v] = id[r];
+    }
+    let coarse_blocks = blocks.map(|b| {
+        let mut cb = vec![UNASSIGNED; next as usize];
+        for v in 0..n {
+            cb[map[v] as usize] = b[v];
+        }
+        cb
+    });
+    (map, next as usize, coarse_blocks)
+}
+
+/// Adds `r` to the rating of the cluster of every pin of a net, recording clusters rated for the first time.
+#[inline(never)]
+fn rate(pins: &[u32], rep: &[u32], rating: &mut [f64], touched: &mut Vec<u32>, r: f64) {
+    for &p in pins {
+        let c = rep[p as usize];
+        let x = &mut rating[c as usize];
+        if *x == 0.0 {
+            touched.push(c);
+        }
+        *x += r;
+    }
+}
+
+/// The warm start on the coarsest level: vertices with a block keep it; the others, heaviest first (ties by
+/// index), go to the block with room that holds most of their nets' weight (ties to the most room), or to the
+/// block with the most room.
+fn complete_warm_start(hg: &Hg, k: usize, blocks: &[u16], caps: &[u64]) -> Vec<u16> {
+    let mut part = blocks.to_vec();
+    let mut load = vec![0u64; k];
+    let mut on = vec![false; hg.m() * k];
+    for (v, &b) in part.iter().enumerate() {
+        if b != UNASSIGNED {
+            load[b as usize] += hg.vw[v];
+            for &e in hg.nets_of(v) {
+                on[e as usize * k + b as usize] = true;
+            }
+        }
+    }
+    let mut todo: Vec<u32> = (0..hg.n() as u32).filter(|&v| part[v as usize] == UNASSIGNED).collect();
+    todo.sort_by_key(|&v| (std::cmp::Reverse(hg.vw[v as usize]), v));
+    let mut score = vec![0i64; k];
+    for v in todo {
+        let v = v as usize;
+        score.fill(0);
+        for &e in hg.nets_of(v) {
+            for (t, sc) in score.iter_mut().enumerate() {
+                if on[e as usize * k + t] {
+                    *sc += hg.nw[e as usize];
+                }
+            }
+        }
+        let w = hg.vw[v];
+        let room = |t: usize| caps[t].saturating_sub(load[t]);
+        let fits = (0..k).filter(|&t| load[t] + w <= caps[t]);
+        let b = fits
+            .max_by(|&x, &y| score[x].cmp(&score[y]).then(room(x).cmp(&room(y))).then(y.cmp(&x)))
+            .unwrap_or_else(|| (0..k).max_by(|&x, &y| room(x).cmp(&room(y)).then(y.cmp(&x))).unwrap_or(0));
+        part[v] = b as u16;
+        load[b] += w;
+        for &e in hg.nets_of(v) {
+            on[e as usize * k + b] = true;
+        }
+    }
+    part
+}
+
+/// `⌈log2 k⌉` for `k ≥ 1`.
+fn ceil_log2(k: usize) -> u64 {
+    u64::from(usize::BITS - (k.max(1) - 1).leading_zeros())
+}
+
+/// Recursive bisection into `caps.len() ≥ 2` blocks: a multilevel bisection into the first `k/2` blocks and
+/// the rest, then each side on its own (its nets restricted to its pins). `total` is the weight the blocks
+/// will hold in the end: the hypergraph's and the free vertices' that fill the room left. Each side may take
+/// its share of `total` in proportion to its room plus `1/d` of the room beyond (`d` = bisection levels
+/// left); free vertices go where the hypergraph's do not, so with room to spare one side may take all of it.
+fn recursive_bisection<R: Rng>(hg: &Hg, caps: &[u64], total: u64, s: &Settings, rng: &mut R) -> Vec<u16> {
+    let k = caps.len();
+    if k <= 1 || hg.n() == 0 {
+        return vec![0; hg.n()];
+    }
+    let k0 = k / 2;
+    let sum = |c: &[u64]| c.iter().fold(0u64, |a, &x| a.saturating_add(x));
+    let (c0, c1) = (sum(&caps[..k0]), sum(&caps[k0..]));
+    let d = ceil_log2(k);
+    let room = u128::from(c0) + u128::from(c1);
+    // Each side's share of the final weight, in proportion to its room (all of it when there is no room).
+    let share = |c: u64| (u128::from(total) * u128::from(c)).checked_div(room).map_or(0, |x| x as u64);
+    let (t0, t1) = (share(c0), share(c1));
+    let side_caps = [c0.min(t0 + c0.saturating_sub(t0) / d), c1.min(t1 + c1.saturating_sub(t1) / d)];
+    // Unreachable with caps that hold the hypergraph (total ≥ its weight), kept for safety: never ask a
+    // bisection for less room than the weight it must place.
+    let side_caps =
+        if u128::from(side_caps[0]) + u128::from(side_caps[1]) < u128::from(hg.total_w) { [c0, c1] } else { side_caps };
+    let bip = multilevel(hg, &side_caps, 0, None, s, rng);
+    let mut part = vec![0u16; hg.n()];
+    for side in 0..2u16 {
+        let (sub, ids) = hg.side(&bip, side);
+        if ids.is_empty() {
+            continue;
+        }
+        let (sub_caps, offset, t) = if side == 0 { (&caps[..k0], 0, t0) } else { (&caps[k0..], k0, t1) };
+        let sp = recursive_bisection(&sub, sub_caps, sub.total_w.max(t), s, rng);
+        for (i, &v) in ids.iter().enumerate() {
+            part[v as usize] = (offset + sp[i] as usize) as u16;
+        }
+    }
+    part
+}
+
+/// How a bisection try grows block 0.
+#[derive(Debug, Clone, Copy)]
+enum Grow {
+    /// Greedy hypergraph growing: the vertex with the largest gain joins next.
+    Greedy,
+    /// Breadth-first from the seed.
+    Bfs,
+    /// A random order.
+    Random,
+}
+
+/// The flat bisection portfolio: `s.tries` seeded tries, each grown and refined; the best (least overload,
+/// then least km1) is kept.
+fn bisect<R: Rng>(hg: &Hg, caps: &[u64], s: &Settings, rng: &mut R) -> Vec<u16> {
+    let mut best: Option<(u64, i64, Vec<u16>)> = None;
+    for t in 0..s.tries.max(1) {
+        let (how, fill) = match t % 4 {
+            0 => (Grow::Greedy, false),
+            1 => (Grow::Greedy, true),
+            2 => (Grow::Bfs, false),
+            _ => (Grow::Random, false),
+        };
+        let part = grow(hg, caps, how, fill, rng);
+        let s2 = Settings { fm_passes: s.try_fm, ..*s };
+        let (part, km1, over) = refine(hg, 2, part, caps, &s2, rng);
+        if best.as_ref().is_none_or(|(bo, bk, _)| (over, km1) < (*bo, *bk)) {
+            best = Some((over, km1, part));
+        }
+    }
+    best.map_or_else(|| vec![0; hg.n()], |b| b.2)
+}
+
+/// Grows block 0 from random seeds until it holds its proportional share `W·cap0/(cap0 + cap1)` of the
+/// weight, or with `fill` until it is full (when the caps leave room, a lopsided bisection may cut nothing);
+/// everything else stays in block 1.
+fn grow<R: Rng>(hg: &Hg, caps: &[u64], how: Grow, fill: bool, rng: &mut R) -> Vec<u16> {
+    let n = hg.n();
+    let total = u128::from(caps[0]) + u128::from(caps[1]);
+    let target = if fill {
+        caps[0]
+    } else {
+        (u128::from(hg.total_w) * u128::from(caps[0])).checked_div(total).map_or(0, |x| x as u64)
+    };
+    let mut st = PartState::new(hg, 2, vec![1; n]);
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(rng);
+    if let Grow::Random = how {
+        for &v in &order {
+            if st.load[0] >= target {
+                break;
+            }
+            if st.load[0] + hg.vw[v as usize] <= caps[0] {
+                st.apply(v as usize, 0);
+            }
+        }
+        return st.part;
+    }
+    // Seeds are taken in `order`; `next_seed` walks it.
+    let mut next_seed = 0usize;
+    let mut heap: std::collections::BinaryHeap<((i64, i64), u32, u32)> = std::collections::BinaryHeap::new();
+    let mut queue: VecDeque<u32> = VecDeque::new();
+    let tie: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
+    let mut queued = vec![false; n];
+    let fits = |st: &PartState, v: usize| st.part[v] == 1 && st.load[0] + hg.vw[v] <= caps[0];
+    st.set_tracking(true);
+    while st.load[0] < target {
+        let pick = match how {
+            Grow::Greedy => loop {
+                let Some((g, _, v)) = heap.pop() else { break None };
+                let v = v as usize;
+                if !fits(&st, v) {
+                    continue;
+                }
+                let g_now = st.best_move(v, caps).map_or((i64::MIN, i64::MIN), |m| (m.gain, m.gather));
+                if g_now == g {
+                    break Some(v);
+                }
+                heap.push((g_now, tie[v], v as u32));
+            },
+            _ => loop {
+                let Some(v) = queue.pop_front() else { break None };
+                if fits(&st, v as usize) {
+                    break Some(v as usize);
+                }
+            },
+        };
+        let v = if let Some(v) = pick {
+            v
+        } else {
+            // A new seed: the next vertex of the random order still in block 1 that fits.
+            while next_seed < n && !fits(&st, order[next_seed] as usize) {
+                next_seed += 1;
+            }
+            if next_seed == n {
+                break;
+            }
+            order[next_seed] as usize
+        };
+        st.apply(v, 0);
+        for (u, _) in st.take_affected() {
+            let ui = u as usize;
+            if st.part[ui] != 1 {
+                continue;
+            }
+            match how {
+                Grow::Greedy => {
+                    if let Some(m) = st.best_move(ui, caps) {
+                        heap.push(((m.gain, m.gather), tie[ui], u));
+                    }
+                }
+                _ => {
+                    if !queued[ui] {
+                        queued[ui] = true;
+                        queue.push_back(u);
+                    }
+                }
+            }
+        }
+    }
+    st.set_tracking(false);
+    st.part
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceil_log2_counts_bisection_levels() {
+        assert_eq!([1, 2, 3, 4, 5, 8, 9, 16].map(ceil_log2), [0, 1, 2, 2, 3, 3, 4, 4]);
+    }
+
+    #[test]
+    fn warm_start_completion_respects_caps() {
+        // Two nets over vertices 0..4; vertex 3 unassigned shares both nets with block 1, which is full.
+        let hg = Hg::build(vec![1; 4], vec![0, 2, 4], vec![1, 3, 2, 3], vec![1, 1]);
+        let part = complete_warm_start(&hg, 2, &[0, 1, 1, UNASSIGNED], &[3, 2]);
+        assert_eq!(part, vec![0, 1, 1, 0]);
+        let part = complete_warm_start(&hg, 2, &[0, 1, 1, UNASSIGNED], &[3, 3]);
+        assert_eq!(part, vec![0, 1, 1, 1]);
+    }
+}
