@@ -710,7 +710,9 @@ async fn run_on(
                     completed.insert(w);
                     while completed.remove(&next) {
                         let t = Instant::now();
-                        strat.update(&stream, windows[next].clone());
+                        strat
+                            .update(&stream, windows[next].clone())
+                            .with_context(|| format!("strategy update after window {next}"))?;
                         c.out.update_ms.push(t.elapsed().as_secs_f64() * 1e3);
                         let placement = strat.placement();
                         let routing: Vec<u16> =

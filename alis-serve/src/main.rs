@@ -146,6 +146,9 @@ struct BenchArgs {
     /// ALIS: keep rows the window does not touch where they are.
     #[arg(long)]
     keep_cold: bool,
+    /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel` or `flat`.
+    #[arg(long, default_value = "multilevel")]
+    partitioner: String,
     /// Generator: communities.
     #[arg(long, default_value_t = 64)]
     communities: usize,
@@ -337,6 +340,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         history_sets: a.history_sets,
         top_k: a.top_k,
         evict_cold: !a.keep_cold,
+        partitioner: a.partitioner.parse().context("checking --partitioner")?,
         seed: a.seed_base,
     };
     for &s in &a.shards {
