@@ -215,20 +215,15 @@ pub trait Planner {
     /// tiered task is checked as [`crate::memory::check_capacity`] checks a task. TorchRec's port chooses
     /// compute kernels itself, as TorchRec does.
     fn plan_tiered(&self, task: &Task, ctx: &PlanContext<'_>, mode: crate::tier::TierMode) -> Result<(Task, Plan)> {
-        let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
         let mut last = None;
         let mut tried: Option<Vec<crate::table::TableSpec>> = None;
         for fill in TIER_FILLS {
-            // Tables that cannot fit even in host memory: the task's own capacity refusal says how much
-            // memory they need, when it applies.
-            let tiered = crate::tier::assign(task, mode, fill, batch)
-                .map_err(|e| crate::memory::check_capacity(task).err().unwrap_or(e))?;
+            let tiered = tiers_at(task, ctx, mode, fill)?;
             // The same tiers as the last try: the same refusal.
             if tried.as_ref() == Some(&tiered.tables) {
                 continue;
             }
             tried = Some(tiered.tables.clone());
-            crate::memory::check_tiered_capacity(task, &tiered)?;
             match self.plan(&tiered, ctx) {
                 Ok(plan) => return Ok((tiered, plan)),
                 // With tiers to choose, a refusal lowers the fill target (more tables leave HBM).
@@ -407,8 +402,16 @@ pub fn plan_tiered(
 /// to host memory only adds host DRAM, so the fullest HBM fill is the test; a planner that chooses its own
 /// kernels (TorchRec's port) is refused the same way as every other.
 fn refuse_unplaceable(task: &Task, ctx: &PlanContext<'_>, mode: crate::tier::TierMode) -> Result<()> {
+    tiers_at(task, ctx, mode, 1.0).map(|_| ())
+}
+
+/// `task` with tiers chosen for the HBM fill target `fill` ([`crate::tier::assign`]), checked against both
+/// memories ([`crate::memory::check_tiered_capacity`]). Tables that cannot fit even in host memory get the
+/// task's own capacity refusal (how much memory they need), when it applies.
+fn tiers_at(task: &Task, ctx: &PlanContext<'_>, mode: crate::tier::TierMode, fill: f64) -> Result<Task> {
     let batch = ctx.cost_model.global_batch().unwrap_or(crate::cost::analytical::DEFAULT_GLOBAL_BATCH);
-    let capacity = || crate::memory::check_capacity(task);
-    let tiered = crate::tier::assign(task, mode, 1.0, batch).map_err(|e| capacity().err().unwrap_or(e))?;
-    crate::memory::check_tiered_capacity(task, &tiered)
+    let tiered = crate::tier::assign(task, mode, fill, batch)
+        .map_err(|e| crate::memory::check_capacity(task).err().unwrap_or(e))?;
+    crate::memory::check_tiered_capacity(task, &tiered)?;
+    Ok(tiered)
 }
