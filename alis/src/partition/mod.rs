@@ -373,18 +373,20 @@ pub fn mean_net_fanout(hg: &Hypergraph, part: &[u16]) -> f64 {
         return 1.0;
     }
     let mut seen: Vec<u16> = Vec::new();
-    let mut total = 0usize;
-    for n in 0..hg.n_nets() {
-        seen.clear();
-        for &v in hg.net(n) {
-            let s = part[v as usize];
-            if !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        total += seen.len();
-    }
+    let total: usize = (0..hg.n_nets()).map(|n| connectivity(hg, n, part, &mut seen)).sum();
     total as f64 / hg.n_nets() as f64
+}
+
+/// The shards net `n` touches under `part` (`seen` is scratch space).
+fn connectivity(hg: &Hypergraph, n: usize, part: &[u16], seen: &mut Vec<u16>) -> usize {
+    seen.clear();
+    for &v in hg.net(n) {
+        let s = part[v as usize];
+        if !seen.contains(&s) {
+            seen.push(s);
+        }
+    }
+    seen.len()
 }
 
 /// The connectivity objective `Σ_e w(e)·(λ(e) − 1)` of `part` on `hg` (Mt-KaHyPar's and `KaHyPar`'s "km1").
@@ -393,14 +395,8 @@ pub fn km1(hg: &Hypergraph, part: &[u16]) -> u64 {
     let mut seen: Vec<u16> = Vec::new();
     let mut total = 0u64;
     for n in 0..hg.n_nets() {
-        seen.clear();
-        for &v in hg.net(n) {
-            let s = part[v as usize];
-            if !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        total = total.saturating_add(u64::from(hg.net_weights[n]) * (seen.len() as u64 - 1));
+        let lambda = connectivity(hg, n, part, &mut seen) as u64;
+        total = total.saturating_add(u64::from(hg.net_weights[n]) * (lambda - 1));
     }
     total
 }

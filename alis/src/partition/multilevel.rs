@@ -242,17 +242,7 @@ fn cluster<R: Rng>(
             count -= 1;
         }
     }
-    let mut id = vec![u32::MAX; n];
-    let mut map = vec![0u32; n];
-    let mut next = 0u32;
-    for v in 0..n {
-        let r = rep[v] as usize;
-        if id[r] == u32::MAX {
-            id[r] = next;
-            next += 1;
-        }
-        map[v] = id[r];
-    }
+    let (map, id, next) = dense_ids(&rep);
     let coarse_blocks = blk.map(|b| {
         let mut cb = vec![UNASSIGNED; next as usize];
         for v in 0..n {
@@ -304,17 +294,7 @@ fn identical(hg: &Hg, w_id: u64, blocks: Option<&[u16]>) -> (Vec<u32>, usize, Op
         }
         i = j;
     }
-    let mut id = vec![u32::MAX; n];
-    let mut map = vec![0u32; n];
-    let mut next = 0u32;
-    for v in 0..n {
-        let r = rep[v] as usize;
-        if id[r] == u32::MAX {
-            id[r] = next;
-            next += 1;
-        }
-        map[v] = id[r];
-    }
+    let (map, _, next) = dense_ids(&rep);
     let coarse_blocks = blocks.map(|b| {
         let mut cb = vec![UNASSIGNED; next as usize];
         for v in 0..n {
@@ -323,6 +303,23 @@ fn identical(hg: &Hg, w_id: u64, blocks: Option<&[u16]>) -> (Vec<u32>, usize, Op
         cb
     });
     (map, next as usize, coarse_blocks)
+}
+
+/// Dense cluster ids in order of first member, from every vertex's representative: the cluster of every
+/// vertex, the id of every representative (`u32::MAX` for the others) and the cluster count.
+fn dense_ids(rep: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
+    let mut id = vec![u32::MAX; rep.len()];
+    let mut map = vec![0u32; rep.len()];
+    let mut next = 0u32;
+    for (v, &r) in rep.iter().enumerate() {
+        let r = r as usize;
+        if id[r] == u32::MAX {
+            id[r] = next;
+            next += 1;
+        }
+        map[v] = id[r];
+    }
+    (map, id, next)
 }
 
 /// Adds `r` to the rating of the cluster of every pin of a net, recording clusters rated for the first time.
