@@ -30,24 +30,37 @@ struct Sums {
     count: usize,
 }
 
+/// A file's text; the error names the file.
+fn read(path: &Path) -> Res<String> {
+    Ok(std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?)
+}
+
 /// Reads an hMETIS file: the vertex count and the weighted nets (0-based pins).
 fn read_hmetis(path: &Path) -> Res<(usize, Vec<Net>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = read(path)?;
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().ok_or("empty hMETIS file")?.split_whitespace().collect();
     let [m, n, ..] = head[..] else { return Err(format!("{}: header {head:?}", path.display()).into()) };
     let (m, n): (usize, usize) = (m.parse()?, n.parse()?);
     let weighted = matches!(head.get(2), Some(&"1" | &"11"));
-    let mut nets = Vec::with_capacity(m);
+    // Not sized from the header: a corrupt count must not allocate before the lines are read.
+    let mut nets = Vec::new();
     for _ in 0..m {
-        let vals: Vec<u32> =
-            lines.next().ok_or("short hMETIS file")?.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+        let vals: Vec<u32> = lines
+            .next()
+            .ok_or_else(|| format!("{}: fewer nets than its header's {m}", path.display()))?
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
         let (w, pins) = match (weighted, vals.split_first()) {
             (true, Some((w, pins))) => (*w, pins),
             (true, None) => return Err(format!("{}: an empty weighted net", path.display()).into()),
             (false, _) => (1, &vals[..]),
         };
-        let pins = pins.iter().map(|p| p.checked_sub(1).ok_or("hMETIS pins count from 1")).collect::<Result<_, _>>()?;
+        let pins = pins
+            .iter()
+            .map(|p| p.checked_sub(1).ok_or_else(|| format!("{}: pin 0 (hMETIS pins count from 1)", path.display())))
+            .collect::<Result<_, _>>()?;
         nets.push((pins, w));
     }
     Ok((n, nets))
@@ -68,10 +81,10 @@ fn main() -> Res<()> {
         args.first()
             .ok_or("usage: partition_bench DUMP_DIR [MTK.json] [--reps N] [--scope direct|full] [--shards S]")?,
     );
-    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
+    let manifest: Value = serde_json::from_str(&read(&dir.join("manifest.json"))?)?;
     let mut mtk: BTreeMap<(String, u64, u64, u64), (f64, f64)> = BTreeMap::new();
     if let Some(path) = args.get(1) {
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        let v: Value = serde_json::from_str(&read(Path::new(path))?)?;
         for r in v["rows"].as_array().ok_or("no rows in the Mt-KaHyPar results")? {
             let key = (
                 r["scope"].as_str().unwrap_or_default().to_string(),

@@ -262,6 +262,11 @@ mod tests {
     use rand::rngs::ChaCha8Rng;
     use rand::{RngExt, SeedableRng};
 
+    /// The flat partitioner's settings with `caps` (one shard each) and `max_iters` sweeps.
+    fn flat_params(caps: Vec<usize>, max_iters: usize) -> PartitionParams {
+        PartitionParams { shards: caps.len(), caps, max_iters, p_fanout: 0.5, partitioner: Partitioner::Flat }
+    }
+
     use super::*;
     use crate::partition::{Partitioner, mean_net_fanout};
 
@@ -285,13 +290,7 @@ mod tests {
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
         // Round-robin warm start: every clique spread over all four shards.
         let init: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
-        let params = PartitionParams {
-            shards: 4,
-            caps: vec![9; 4],
-            max_iters: 20,
-            p_fanout: 0.5,
-            partitioner: Partitioner::Flat,
-        };
+        let params = flat_params(vec![9; 4], 20);
         let before = mean_net_fanout(&hg, &init);
         let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let after = mean_net_fanout(&hg, &part);
@@ -320,13 +319,7 @@ mod tests {
             load
         };
         for seed in 0..8 {
-            let roomy = PartitionParams {
-                shards: 4,
-                caps: vec![8, 3, 3, 3],
-                max_iters: 20,
-                p_fanout: 0.5,
-                partitioner: Partitioner::Flat,
-            };
+            let roomy = flat_params(vec![8, 3, 3, 3], 20);
             let (part, _) = partition(&hg, &init, &roomy, &mut ChaCha8Rng::seed_from_u64(seed));
             assert_eq!(loads(&part), [8, 0, 0, 0], "seed {seed}: {part:?}");
             // Shard 0 full at 5: the cap holds, and the three lone rows still gather elsewhere.
@@ -347,13 +340,7 @@ mod tests {
         let hg = Hypergraph::new(4, nets.iter().map(Vec::as_slice)).unwrap();
         let init: Vec<u16> = vec![0, 1, 0, 1];
         for seed in 0..4 {
-            let params = PartitionParams {
-                shards: 2,
-                caps: vec![2, 2],
-                max_iters: 4,
-                p_fanout: 0.5,
-                partitioner: Partitioner::Flat,
-            };
+            let params = flat_params(vec![2, 2], 4);
             let (part, stats) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(seed));
             assert!((mean_net_fanout(&hg, &part) - 1.0).abs() < 1e-12, "seed {seed}: {part:?} {stats:?}");
             assert_eq!(part.iter().filter(|&&s| s == 0).count(), 2, "seed {seed}: {part:?}");
@@ -365,13 +352,7 @@ mod tests {
         let (n, nets) = cliques();
         let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
         let init = vec![UNASSIGNED; n];
-        let params = PartitionParams {
-            shards: 4,
-            caps: vec![8; 4],
-            max_iters: 0,
-            p_fanout: 0.5,
-            partitioner: Partitioner::Flat,
-        };
+        let params = flat_params(vec![8; 4], 0);
         let (part, _) = partition(&hg, &init, &params, &mut ChaCha8Rng::seed_from_u64(1));
         let mut load = [0usize; 4];
         for &s in &part {
