@@ -45,6 +45,11 @@ pub struct CostArgs {
     /// deviations (0: the mean): the search then avoids sets the ensemble disagrees on.
     #[arg(long, default_value_t = 0.0)]
     pub risk: f64,
+    /// With a trained profile, price a plan at the expected time of its slowest device, each device's
+    /// compute uncertain by the profile's validation error, instead of its largest predicted total: the
+    /// search then keeps slack where several devices would otherwise tie at the top.
+    #[arg(long)]
+    pub expected_max: bool,
 }
 
 fn parse_definition(s: &str) -> Result<CostDefinition, String> {
@@ -178,9 +183,10 @@ impl CostArgs {
             global_batch: self.batch,
             risk: self.risk,
             comm_fallback: self.comm_fallback,
+            expected_max: self.expected_max,
             ..ModelChoice::new(name)
         };
-        let flags = "--cost-model and its options (--batch, --risk, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
+        let flags = "--cost-model and its options (--batch, --risk, --expected-max, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
         if choice.is_known() {
             return choice.build().context(flags);
         }

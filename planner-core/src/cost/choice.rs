@@ -40,6 +40,9 @@ pub struct ModelChoice {
     pub risk: f64,
     /// Price comm analytically for device counts the profile has no comm model for.
     pub comm_fallback: bool,
+    /// Price a plan at the expected time of its slowest device under the profile's own error
+    /// ([`crate::cost::expected_max_ms`]); needs a profile whose card records its validation error.
+    pub expected_max: bool,
 }
 
 impl ModelChoice {
@@ -54,6 +57,7 @@ impl ModelChoice {
             global_batch: None,
             risk: 0.0,
             comm_fallback: false,
+            expected_max: false,
         }
     }
 
@@ -77,6 +81,14 @@ impl ModelChoice {
                     "risk",
                     self.risk,
                     "0: the analytical model has no ensemble to take a spread from",
+                ));
+            }
+            if self.expected_max {
+                return Err(Error::field(
+                    "cost model `analytical`",
+                    "expected_max",
+                    true,
+                    "false: the analytical model has no measured error to take a spread from",
                 ));
             }
             return Ok(Box::new(self.analytical("torchrec", self.global_batch.unwrap_or(DEFAULT_GLOBAL_BATCH))?));
@@ -118,7 +130,7 @@ impl ModelChoice {
                 ),
             ));
         }
-        let model = model.with_risk(self.risk)?;
+        let model = model.with_risk(self.risk)?.with_expected_max(self.expected_max)?;
         let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
         Ok(Box::new(if fallback {
             model.with_comm_fallback(self.analytical(comm_preset, measured_at)?)
@@ -181,6 +193,8 @@ mod tests {
         assert!(e.contains("`global_batch` = 4096") && e.contains("65536"), "{e}");
         let e = err(ModelChoice { risk: 1.0, ..ModelChoice::new("h100") });
         assert!(e.contains("one network"), "{e}");
+        let e = err(ModelChoice { expected_max: true, ..ModelChoice::new("analytical") });
+        assert!(e.contains("`expected_max` = true") && e.contains("no measured error"), "{e}");
         let e = err(ModelChoice { comm_gbps: Some(f64::NAN), ..ModelChoice::new("analytical") });
         assert!(e.contains("comm bandwidth"), "{e}");
         let e = err(ModelChoice { hw: Some("tpu".into()), ..ModelChoice::new("analytical") });

@@ -133,6 +133,12 @@ pub trait CostModel {
     fn exchange_bytes_per_dim(&self) -> Option<f64> {
         self.global_batch().map(|b| b as f64 * 4.0)
     }
+    /// The relative standard deviation of a device's compute error when the model prices a plan at the
+    /// expected time of its slowest device ([`expected_max_ms`]) instead of its largest predicted total
+    /// (`None`, the default: the plan costs its largest predicted total).
+    fn plan_error_sd(&self) -> Option<f64> {
+        None
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {
@@ -360,7 +366,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         d.delay_ms = times.delay_ms[i];
         d.total_ms = times.total_ms[i];
     }
-    let (bottleneck_device, cost_ms) = bottleneck(&times.total_ms);
+    let (bottleneck_device, cost_ms) = plan_cost(model, &compute, &times.total_ms);
     let mut cost_interval_ms = None;
     if let Some(z) = model.interval_z() {
         // Every device's members; an empty device costs 0 under every member.
@@ -548,6 +554,64 @@ pub fn start_delays_ms(compute_ms: &[f64], bw_comm_ms: &[f64], definition: CostD
     }
 }
 
+/// The bottleneck device and the plan's cost under `model`: the largest device total, or with the
+/// model's [`CostModel::plan_error_sd`] the expected largest ([`expected_max_ms`]). [`evaluate`] and the
+/// searches price plans through it; measured plans take the plain [`bottleneck`].
+#[must_use]
+pub fn plan_cost(model: &dyn CostModel, compute_ms: &[f64], totals_ms: &[f64]) -> (usize, f64) {
+    let (device, max) = bottleneck(totals_ms);
+    match model.plan_error_sd() {
+        Some(sd) => (device, expected_max_ms(compute_ms, totals_ms, sd)),
+        None => (device, max),
+    }
+}
+
+/// The expected largest device total when each device's compute is off by an independent error of
+/// relative standard deviation `rel_sd` (normal, mean 0) and the rest of its total (comm, delay) is as
+/// predicted. A plan's measured cost is the largest of its devices' measured totals, and the largest of
+/// several uncertain times exceeds the largest of their predictions on average, the more so the more
+/// devices are close to the top: pricing the plain maximum rewards plans that fill every device to the
+/// same predicted time. Clark's moments of the maximum of normal variables (C. E. Clark, "The greatest of
+/// a finite set of random variables", Operations Research 9(2), 1961), taking the devices from the largest
+/// total down; exact for two devices. `rel_sd` ≤ 0 (or non-finite) gives the plain maximum.
+#[must_use]
+pub fn expected_max_ms(compute_ms: &[f64], totals_ms: &[f64], rel_sd: f64) -> f64 {
+    let max = bottleneck(totals_ms).1;
+    if !(rel_sd.is_finite() && rel_sd > 0.0) || totals_ms.is_empty() {
+        return max;
+    }
+    let mut order: Vec<usize> = (0..totals_ms.len()).collect();
+    order.sort_by(|&a, &b| totals_ms[b].total_cmp(&totals_ms[a]).then(a.cmp(&b)));
+    let var = |i: usize| (rel_sd * compute_ms.get(i).copied().unwrap_or(0.0).max(0.0)).powi(2);
+    let (mut mean, mut v) = (totals_ms[order[0]], var(order[0]));
+    for &i in &order[1..] {
+        let (m2, v2) = (totals_ms[i], var(i));
+        let a = (v + v2).sqrt();
+        if a <= f64::EPSILON * mean.abs().max(1.0) {
+            if m2 > mean {
+                (mean, v) = (m2, v2);
+            }
+            continue;
+        }
+        let alpha = (mean - m2) / a;
+        let (p, q, pdf) = (normal_cdf(alpha), normal_cdf(-alpha), normal_pdf(alpha));
+        let first = mean * p + m2 * q + a * pdf;
+        let second = (mean * mean + v) * p + (m2 * m2 + v2) * q + (mean + m2) * a * pdf;
+        (mean, v) = (first, (second - first * first).max(0.0));
+    }
+    mean.max(max)
+}
+
+/// The standard normal distribution function.
+fn normal_cdf(x: f64) -> f64 {
+    0.5 * libm::erfc(-x / std::f64::consts::SQRT_2)
+}
+
+/// The standard normal density.
+fn normal_pdf(x: f64) -> f64 {
+    (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
+}
+
 /// The bottleneck device and the plan's cost: the largest device total (the first device on ties).
 #[must_use]
 pub fn bottleneck(totals_ms: &[f64]) -> (usize, f64) {
@@ -556,4 +620,86 @@ pub fn bottleneck(totals_ms: &[f64]) -> (usize, f64) {
         .copied()
         .enumerate()
         .fold((0, f64::NEG_INFINITY), |best, (i, c)| if c > best.1 { (i, c) } else { best })
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
+
+    use super::*;
+
+    /// The mean over `draws` seeded draws of the largest `total + sd·compute·Z` (Box–Muller normals).
+    fn monte_carlo_max(compute: &[f64], totals: &[f64], sd: f64, draws: usize) -> f64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut sum = 0.0;
+        for _ in 0..draws {
+            let mut top = f64::NEG_INFINITY;
+            for (c, t) in compute.iter().zip(totals) {
+                let (u1, u2): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
+                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                top = top.max(t + sd * c * z);
+            }
+            sum += top;
+        }
+        sum / draws as f64
+    }
+
+    #[test]
+    fn expected_max_is_the_plain_maximum_without_error_or_with_one_device() {
+        let (c, t) = ([4.0, 6.0, 5.0], [7.0, 9.0, 8.5]);
+        assert_eq!(expected_max_ms(&c, &t, 0.0), 9.0);
+        assert_eq!(expected_max_ms(&c, &t, f64::NAN), 9.0);
+        assert_eq!(expected_max_ms(&[6.0], &[9.0], 0.3), 9.0);
+        assert_eq!(expected_max_ms(&[], &[], 0.3), f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn two_equal_devices_exceed_their_prediction_by_sd_over_root_pi() {
+        // The largest of two independent N(μ, s²) has mean μ + s/√π; Clark's recursion is exact for two.
+        let (sd, c) = (0.2, 10.0);
+        let got = expected_max_ms(&[c, c], &[12.0, 12.0], sd);
+        let want = 12.0 + sd * c / std::f64::consts::PI.sqrt();
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+    }
+
+    #[test]
+    fn expected_max_agrees_with_sampling_and_rewards_slack() {
+        // Eight devices, the top four within 5% of each other: Clark's approximation within 1% of 200,000
+        // draws, and well above the plain maximum.
+        let compute = [10.0, 9.8, 9.6, 9.5, 7.0, 6.0, 4.0, 2.0];
+        let totals = [12.0, 11.9, 11.7, 11.4, 9.0, 8.0, 6.5, 4.0];
+        let sd = 0.16;
+        let clark = expected_max_ms(&compute, &totals, sd);
+        let mc = monte_carlo_max(&compute, &totals, sd, 200_000);
+        assert!((clark / mc - 1.0).abs() < 0.01, "Clark {clark} vs sampled {mc}");
+        assert!(clark > 12.0 * 1.08, "{clark}");
+        // The same top device with the others far below it: barely above its prediction.
+        let slack = [12.0, 6.0, 6.0, 6.0, 6.0, 6.0, 6.0, 4.0];
+        let alone = expected_max_ms(&compute, &slack, sd);
+        assert!((12.0..12.0 * 1.01).contains(&alone), "{alone}");
+        // Monotone in the error.
+        assert!(expected_max_ms(&compute, &totals, 0.08) < clark);
+    }
+
+    #[test]
+    fn a_plan_priced_at_its_expected_slowest_device_says_so() {
+        let devices = crate::task::Devices::uniform(4, 4 << 30).unwrap();
+        let task = crate::task::sample_task(devices, 32, Some(40), 3, 0).unwrap();
+        let plain = crate::cost::ModelChoice::new("cpu-epyc-2t").build().unwrap();
+        let ctx = crate::planners::PlanContext::new(plain.as_ref(), 1);
+        let plan = crate::planners::planner("size").unwrap().build().plan(&task, &ctx).unwrap();
+        let emax = crate::cost::ModelChoice { expected_max: true, ..crate::cost::ModelChoice::new("cpu-epyc-2t") }
+            .build()
+            .unwrap();
+        assert!(emax.name().ends_with("+expected-max"), "{}", emax.name());
+        let sd = emax.plan_error_sd().unwrap();
+        assert!(sd > 0.05 && sd < 0.5, "{sd}");
+        assert_eq!(plain.plan_error_sd(), None);
+        let a = evaluate(&task, &plan, plain.as_ref(), CostDefinition::NeuroShard).unwrap();
+        let b = evaluate(&task, &plan, emax.as_ref(), CostDefinition::NeuroShard).unwrap();
+        assert!(b.cost_ms > a.cost_ms, "{} vs {}", b.cost_ms, a.cost_ms);
+        let compute: Vec<f64> = a.devices.iter().map(|d| d.compute_ms).collect();
+        let totals: Vec<f64> = a.devices.iter().map(|d| d.total_ms).collect();
+        assert!((b.cost_ms - expected_max_ms(&compute, &totals, sd)).abs() < 1e-9);
+    }
 }

@@ -248,6 +248,8 @@ pub struct NeuralModel {
     use_set_cache: bool,
     /// Standard deviations of the members added to their mean ([`NeuralModel::with_risk`]).
     risk: f64,
+    /// Plans cost their expected slowest device ([`NeuralModel::with_expected_max`]).
+    expected_max: bool,
 }
 
 /// Mean and sample standard deviation of an ensemble's members' predictions (sd 0 for one member).
@@ -299,6 +301,7 @@ impl NeuralModel {
             caches: Mutex::new(Caches::default()),
             use_set_cache: true,
             risk: 0.0,
+            expected_max: false,
         })
     }
 
@@ -312,6 +315,33 @@ impl NeuralModel {
         self.risk = risk;
         self.caches = Mutex::new(Caches::default());
         Ok(self)
+    }
+
+    /// Prices a plan at the expected time of its slowest device, each device's compute off by the profile's
+    /// own error ([`NeuralModel::error_sd`]), instead of its largest predicted total
+    /// ([`crate::cost::expected_max_ms`]); the name says so (`+expected-max`). Refused for a profile whose
+    /// card records no validation error.
+    pub fn with_expected_max(mut self, on: bool) -> Result<Self> {
+        if on && self.error_sd().is_none() {
+            return Err(Error::field(
+                format!("cost model `{}`", self.card.name),
+                "expected_max",
+                on,
+                "false: the profile's card records no validation error (`neural/random/val`) to take a spread from",
+            ));
+        }
+        self.expected_max = on;
+        Ok(self)
+    }
+
+    /// The relative standard deviation of the profile's compute error: its card's validation MAPE times
+    /// `√(π/2)` (the mean absolute value of a normal error is `√(2/π)` of its standard deviation). The
+    /// validation split was held out of training and its targets carry the measurement's own noise, which a
+    /// measured plan carries too. `None` when the card records no positive validation MAPE.
+    #[must_use]
+    pub fn error_sd(&self) -> Option<f64> {
+        let mape = self.card.compute.metrics.get("neural/random/val")?.mape_pct;
+        (mape.is_finite() && mape > 0.0).then(|| mape / 100.0 * (std::f64::consts::PI / 2.0).sqrt())
     }
 
     /// Uses `fallback` for device counts the profile has no comm models for (the name says so).
@@ -581,6 +611,10 @@ impl CostModel for NeuralModel {
         NeuralModel::interval_z(self)
     }
 
+    fn plan_error_sd(&self) -> Option<f64> {
+        if self.expected_max { self.error_sd() } else { None }
+    }
+
     fn global_batch(&self) -> Option<u64> {
         Some(u64::from(self.card.compute.batch_size))
     }
@@ -591,7 +625,10 @@ impl CostModel for NeuralModel {
     }
 
     fn name(&self) -> String {
-        let risk = if self.risk > 0.0 { format!("+risk{}", self.risk) } else { String::new() };
+        let mut risk = if self.risk > 0.0 { format!("+risk{}", self.risk) } else { String::new() };
+        if self.expected_max {
+            risk.push_str("+expected-max");
+        }
         match &self.comm_fallback {
             Some(_) => format!("neural:{}{risk}+analytical-comm", self.card.name),
             None => format!("neural:{}{risk}", self.card.name),

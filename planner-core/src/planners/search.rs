@@ -14,7 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::SearchStats;
 use crate::cost::incremental::{FIXED_SCALE, add_into, to_fixed};
-use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef, bottleneck, device_times};
+use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef, device_times, plan_cost};
 use crate::error::{Error, Result};
 use crate::task::Task;
 
@@ -358,7 +358,9 @@ impl<'a> Evaluator<'a> {
         self.stats.plan_evaluations += 1;
         let price = |ev: &Self| -> Result<(usize, f64)> {
             let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-            Ok(bottleneck(
+            Ok(plan_cost(
+                ev.model,
+                compute,
                 &device_times(ev.model, compute, &dims_f, row_pieces, ev.definition, ev.task.topology.as_ref())?
                     .total_ms,
             ))

@@ -56,6 +56,26 @@ fn plan_writes_a_valid_document() {
 }
 
 #[test]
+fn expected_max_prices_the_plan_above_its_largest_device_and_says_so() {
+    let dir = scratch("emax");
+    let (plain, emax) = (dir.join("plain.json"), dir.join("emax.json"));
+    let args = ["plan", "--devices", "4", "--max-dim", "32", "--seed", "3", "--cost-model", "cpu-epyc-2t", "--algo"];
+    let (o, text) = run(bin().args(args).arg("size").arg("--out").arg(&plain));
+    assert!(o.status.success(), "{text}");
+    let (o, text) = run(bin().args(args).arg("size").arg("--expected-max").arg("--out").arg(&emax));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("neural:cpu-epyc-2t+expected-max"), "{text}");
+    let read =
+        |p: &std::path::Path| planner_core::PlanDocument::from_json(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let ((a, pa), (b, pb)) = (read(&plain), read(&emax));
+    // The same plan (`size` does not search), priced above its largest device total.
+    assert_eq!(pa.pieces(), pb.pieces());
+    let largest = b.report.devices.iter().map(|d| d.total_ms).fold(f64::NEG_INFINITY, f64::max);
+    assert!((a.report.cost_ms - largest).abs() < 1e-9);
+    assert!(b.report.cost_ms > largest, "{} vs {largest}", b.report.cost_ms);
+}
+
+#[test]
 fn plans_the_shared_csv_format_and_json_tables() {
     let dir = scratch("formats");
     let csv = dir.join("t.csv");
@@ -113,6 +133,10 @@ fn bad_inputs_name_field_and_value_and_lose_nothing() {
         (vec!["--max-dim".into(), "48".into()], vec!["max_dim", "48"]),
         (vec!["--cost-model".into(), "oracle".into()], vec!["unknown cost model `oracle`"]),
         (vec!["--hw".into(), "tpu".into()], vec!["\"tpu\""]),
+        (
+            vec!["--cost-model".into(), "analytical".into(), "--expected-max".into()],
+            vec!["`expected_max` = true", "no measured error"],
+        ),
         (vec!["--tables".into(), dir.join("missing.csv").display().to_string()], vec!["missing.csv"]),
     ];
     for (args, needles) in cases {

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Does another way of pricing plans predict the measured judge better? Re-prices a measured bench's plans.
+
+Usage: tools/judge_reprice.py BENCH_PLANS [--cost-model NAME] [-- EVALUATE_FLAGS ...]
+  e.g. tools/judge_reprice.py bench-epyc-plans -- --expected-max
+
+BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
+`taskN_PLANNER.plan.json` and `taskN.measured.json` in each). Every measured plan is priced again by
+`target/release/shardplan evaluate --own-rule --cost-model NAME` (default: the model the bench priced it
+with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for the bench's own
+prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
+scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans, and
+measured over predicted plan cost by planner (geometric mean). Nothing is measured. Standard library only.
+"""
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from itertools import combinations
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARDPLAN = ROOT / "target" / "release" / "shardplan"
+
+
+def kendall_tau(xs, ys):
+    conc = disc = 0
+    for i, j in combinations(range(len(xs)), 2):
+        s = (xs[i] - xs[j]) * (ys[i] - ys[j])
+        conc += s > 0
+        disc += s < 0
+    pairs = len(xs) * (len(xs) - 1) / 2
+    return (conc - disc) / pairs if pairs else float("nan")
+
+
+def reference_ms(model):
+    """The reference-kernel time an embedded profile's costs are expressed at (its card's
+    `compute.reference_ms`); None for a model without one."""
+    card = ROOT / "planner-core" / "profiles" / model.split(":", 1)[-1].split("+", 1)[0] / "card.json"
+    if not card.exists():
+        return None
+    return json.loads(card.read_text())["compute"].get("reference_ms")
+
+
+def main():
+    args = sys.argv[1:]
+    extra = []
+    if "--" in args:
+        extra = args[args.index("--") + 1 :]
+        args = args[: args.index("--")]
+    model = None
+    if "--cost-model" in args:
+        i = args.index("--cost-model")
+        model = args[i + 1]
+        del args[i : i + 2]
+    if len(args) != 1:
+        sys.exit(__doc__.split("\n\n")[1])
+    if not SHARDPLAN.exists():
+        sys.exit(f"missing {SHARDPLAN}: cargo build --release -p shardplan-cli")
+    root = Path(args[0])
+    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
+    if not cells:
+        sys.exit(f"no cell folders in {root}")
+    print(f"re-priced with: evaluate --own-rule {' '.join(extra)}")
+    print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced |")
+    print("|---|---|---|---|---|---|")
+    by_planner_rows = []
+    for cell in cells:
+        ape = {"bench": [], "new": []}
+        bias = {"bench": [], "new": []}
+        taus = {"bench": [], "new": []}
+        ratio = {}
+        tasks = 0
+        for measured in sorted(cell.glob("task*.measured.json")):
+            doc = json.loads(measured.read_text())
+            plans = doc["plans"]
+            bench_model = plans[0]["predicted"]["cost_model"]
+            name = model or bench_model.split(":", 1)[1].split("+", 1)[0]
+            ref = reference_ms(name)
+            scale = ref / doc["reference_ms"] if ref and doc.get("reference_ms") else 1.0
+            task = measured.name[: -len(".measured.json")]
+            files = [str(cell / f"{task}_{p['planner'].replace('+', '-')}.plan.json") for p in plans]
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "priced.json"
+                cmd = [str(SHARDPLAN), "evaluate", *files, "--own-rule", "--cost-model", name, *extra, "--out", str(out)]
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                priced = json.loads(out.read_text())
+            meas = [p["measured"]["cost_ms"] * scale for p in plans]
+            for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", [q["report"]["cost_ms"] for q in priced])):
+                for a, m in zip(pred, meas):
+                    ape[kind].append(abs(a - m) / m)
+                    bias[kind].append((a - m) / m)
+                taus[kind].append(kendall_tau(pred, meas))
+            for p, q, m in zip(plans, priced, meas):
+                r = ratio.setdefault(p["planner"], {"bench": [], "new": []})
+                r["bench"].append(m / p["predicted"]["cost_ms"])
+                r["new"].append(m / q["report"]["cost_ms"])
+            tasks += 1
+        f = lambda k: f"{100 * statistics.mean(ape[k]):.1f}% ({100 * statistics.mean(bias[k]):+.1f}%)"
+        print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} |")
+        by_planner_rows.append((cell.name, ratio))
+    print()
+    print("measured over predicted plan cost at the reference speed, geometric mean (bench → re-priced):")
+    gm = lambda v: math.exp(statistics.mean(math.log(x) for x in v))
+    for name, ratio in by_planner_rows:
+        print(f"- {name}: " + ", ".join(f"{pl} {gm(r['bench']):.2f} → {gm(r['new']):.2f}" for pl, r in ratio.items()))
+
+
+if __name__ == "__main__":
+    main()
