@@ -10,7 +10,8 @@ BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with
 with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for the bench's own
 prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
 scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans, and
-measured over predicted plan cost by planner (geometric mean). Nothing is measured. Standard library only.
+measured over predicted plan cost by planner (geometric mean). Nothing is measured. Standard library and
+`judge_repeatability.py` (beside it) only.
 """
 
 import json
@@ -19,21 +20,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from itertools import combinations
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_repeatability import kendall_tau  # noqa: E402  (the same tau-b as the judge's own agreement)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
-
-
-def kendall_tau(xs, ys):
-    conc = disc = 0
-    for i, j in combinations(range(len(xs)), 2):
-        s = (xs[i] - xs[j]) * (ys[i] - ys[j])
-        conc += s > 0
-        disc += s < 0
-    pairs = len(xs) * (len(xs) - 1) / 2
-    return (conc - disc) / pairs if pairs else float("nan")
 
 
 def reference_ms(model):
