@@ -248,8 +248,9 @@ pub struct NeuralModel {
     use_set_cache: bool,
     /// Standard deviations of the members added to their mean ([`NeuralModel::with_risk`]).
     risk: f64,
-    /// Plans cost their expected slowest device ([`NeuralModel::with_expected_max`]).
-    expected_max: bool,
+    /// The relative error plans are priced with at their expected slowest device
+    /// ([`NeuralModel::with_expected_max`]; `None`: at their largest device total).
+    plan_sd: Option<f64>,
 }
 
 /// Mean and sample standard deviation of an ensemble's members' predictions (sd 0 for one member).
@@ -301,7 +302,7 @@ impl NeuralModel {
             caches: Mutex::new(Caches::default()),
             use_set_cache: true,
             risk: 0.0,
-            expected_max: false,
+            plan_sd: None,
         })
     }
 
@@ -322,15 +323,18 @@ impl NeuralModel {
     /// ([`crate::cost::expected_max_ms`]); the name says so (`+expected-max`). Refused for a profile whose
     /// card records no validation error.
     pub fn with_expected_max(mut self, on: bool) -> Result<Self> {
-        if on && self.error_sd().is_none() {
-            return Err(Error::field(
-                format!("cost model `{}`", self.card.name),
-                "expected_max",
-                on,
-                "false: the profile's card records no validation error (`neural/random/val`) to take a spread from",
-            ));
-        }
-        self.expected_max = on;
+        self.plan_sd = if on {
+            Some(self.error_sd().ok_or_else(|| {
+                Error::field(
+                    format!("cost model `{}`", self.card.name),
+                    "expected_max",
+                    on,
+                    "false: the profile's card records no validation error (`neural/random/val`) to take a spread from",
+                )
+            })?)
+        } else {
+            None
+        };
         Ok(self)
     }
 
@@ -612,7 +616,7 @@ impl CostModel for NeuralModel {
     }
 
     fn plan_error_sd(&self) -> Option<f64> {
-        if self.expected_max { self.error_sd() } else { None }
+        self.plan_sd
     }
 
     fn global_batch(&self) -> Option<u64> {
@@ -626,7 +630,7 @@ impl CostModel for NeuralModel {
 
     fn name(&self) -> String {
         let mut risk = if self.risk > 0.0 { format!("+risk{}", self.risk) } else { String::new() };
-        if self.expected_max {
+        if self.plan_sd.is_some() {
             risk.push_str("+expected-max");
         }
         match &self.comm_fallback {
