@@ -75,6 +75,19 @@ pub struct CalibrateOptions {
     pub comm_samples: u64,
     /// Largest start delay of the comm samples, ms.
     pub comm_max_delay_ms: f64,
+    /// Measure no comm (a machine with one device): price comm with this analytical preset and time the
+    /// held-out plans' compute only, taking their comm from the plan (`measure-plan --comm-from-plan`).
+    pub comm_preset: Option<String>,
+    /// Round 0's profile: a profile directory `shardplan-train` wrote (an embedded one's, say), judged and
+    /// planned with as it is instead of one trained on the initial sets.
+    pub start_profile: Option<PathBuf>,
+    /// Datasets every round's profile is trained on besides the loop's own (earlier collections of the
+    /// same machine).
+    pub extra_data: Vec<PathBuf>,
+    /// Run only one kind of stage and stop before the first stage of the other kind still to do: measure
+    /// on a machine with the hardware, train on another, resume on the first. Not part of the loop's
+    /// identity (planning and proposing run under either).
+    pub only: Option<Only>,
     /// Memory cap of a device (tasks and sampled sets).
     pub mem_cap: String,
     /// The memory rule every task is planned under (every planner alike).
@@ -95,6 +108,15 @@ pub struct CalibrateOptions {
     pub timing: CollectorTiming,
     /// The command line, recorded in the profiles' cards.
     pub command: String,
+}
+
+/// The kinds of stage `--only` separates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    /// Stages that time sets on the hardware (initial sets, comm, held-out plans, proposals).
+    Measure,
+    /// Stages that train a profile.
+    Train,
 }
 
 /// How the collector times every set of the loop (compute, requested sets, held-out plans).
@@ -149,7 +171,7 @@ pub struct RoundReport {
 impl CalibrateOptions {
     fn fingerprint(&self) -> String {
         format!(
-            "{}|{}|{:?}|{}|{}|{:?}|{}|{}|{}|{}|{}|{}|{}|{}",
+            "{}|{}|{:?}|{}|{}|{:?}|{}|{}|{}|{}|{}|{}|{}|{}{}{}{}",
             self.backend,
             self.batch,
             self.cells,
@@ -163,7 +185,10 @@ impl CalibrateOptions {
             self.memory.describe(),
             self.seed,
             self.members,
-            self.neighbours
+            self.neighbours,
+            self.comm_preset.as_ref().map_or_else(String::new, |p| format!("|comm-from-preset {p}")),
+            self.start_profile.as_ref().map_or_else(String::new, |p| format!("|start-profile {}", p.display())),
+            if self.extra_data.is_empty() { String::new() } else { format!("|extra-data {:?}", self.extra_data) }
         )
     }
 
@@ -181,6 +206,15 @@ impl CalibrateOptions {
                 self.holdout_tasks,
                 self.initial_samples
             );
+        }
+        if let Some(p) = &self.comm_preset {
+            planner_core::cost::HardwareProfile::builtin(p).context("`--comm-from-preset`")?;
+        }
+        if let Some(p) = &self.start_profile {
+            load_profile(p).context("`--start-profile`")?;
+        }
+        if let Some(f) = self.extra_data.iter().find(|f| !f.is_file()) {
+            bail!("`--extra-data` {}: no such file", f.display());
         }
         if !self.collector.is_file() {
             bail!(
@@ -206,10 +240,22 @@ impl CalibrateOptions {
     /// Every dataset measured before `round`'s profile is trained.
     fn datasets(&self, round: usize) -> Vec<PathBuf> {
         let d = self.data_dir();
-        let mut v = vec![d.join("compute_initial.jsonl")];
-        v.extend(self.devices().iter().map(|n| d.join(format!("comm_d{n}.jsonl"))));
+        let mut v = self.extra_data.clone();
+        v.push(d.join("compute_initial.jsonl"));
+        if self.comm_preset.is_none() {
+            v.extend(self.devices().iter().map(|n| d.join(format!("comm_d{n}.jsonl"))));
+        }
         v.extend((0..round).map(|r| d.join(format!("sets_round_{r}.jsonl"))).filter(|p| p.is_file()));
         v
+    }
+
+    /// The round's profile as the loop plans with it: comm from the analytical preset where no comm is
+    /// measured (at the batch the profile was measured at).
+    fn with_comm(&self, model: NeuralModel) -> Result<NeuralModel> {
+        let Some(p) = &self.comm_preset else { return Ok(model) };
+        let batch = model.global_batch().unwrap_or(u64::from(self.batch));
+        let hw = planner_core::cost::HardwareProfile::builtin(p)?;
+        Ok(model.with_comm_fallback(planner_core::cost::AnalyticalModel::new(hw, batch)?))
     }
 
     fn collector(&self) -> Command {
@@ -259,16 +305,30 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
     std::fs::create_dir_all(opts.data_dir()).with_context(|| format!("creating {}", opts.data_dir().display()))?;
     let mut state = load_state(opts)?;
     save_state(opts, &state)?;
-    let stage = |state: &mut State, name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
-        if state.done.contains(name) {
-            return Ok(());
-        }
-        eprintln!("calibrate: {name}");
-        f()?;
-        state.done.insert(name.to_string());
-        save_state(opts, state)
-    };
-    stage(&mut state, "initial sets", &mut || {
+    // A stage of `kind` (`None`: planning only) runs unless done; `Ok(false)` halts the loop before a stage
+    // `--only` leaves to another machine.
+    let stage =
+        |state: &mut State, name: &str, kind: Option<Only>, f: &mut dyn FnMut() -> Result<()>| -> Result<bool> {
+            if state.done.contains(name) {
+                return Ok(true);
+            }
+            if let (Some(only), Some(kind)) = (opts.only, kind)
+                && only != kind
+            {
+                eprintln!(
+                    "calibrate: stopping before `{name}` (--only {}); rerun without `--only` where it can run",
+                    if only == Only::Measure { "measure" } else { "train" }
+                );
+                return Ok(false);
+            }
+            eprintln!("calibrate: {name}");
+            f()?;
+            state.done.insert(name.to_string());
+            save_state(opts, state)?;
+            Ok(true)
+        };
+    let mut reports = Vec::new();
+    if !stage(&mut state, "initial sets", Some(Only::Measure), &mut || {
         let mut c = opts.collector();
         c.args(["compute", "--sampler", "mixed", "--resume", "--samples", &opts.initial_samples.to_string()])
             .args(opts.timing.args())
@@ -276,41 +336,50 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
             .args(["--mem-cap", &opts.mem_cap, "--out"])
             .arg(opts.data_dir().join("compute_initial.jsonl"));
         run(c, "initial sets")
-    })?;
-    for d in opts.devices() {
-        stage(&mut state, &format!("comm D={d}"), &mut || {
+    })? {
+        return Ok(reports);
+    }
+    for d in opts.devices().into_iter().filter(|_| opts.comm_preset.is_none()) {
+        if !stage(&mut state, &format!("comm D={d}"), Some(Only::Measure), &mut || {
             let mut c = opts.collector();
             c.args(["comm", "--resume", "--devices", &d.to_string(), "--samples", &opts.comm_samples.to_string()])
                 .args(["--seed", &task_seed(opts.seed, 2 + d).to_string(), "--batch-size", &opts.batch.to_string()])
                 .args(["--max-delay-ms", &opts.comm_max_delay_ms.to_string(), "--out"])
                 .arg(opts.data_dir().join(format!("comm_d{d}.jsonl")));
             run(c, &format!("comm D={d}"))
-        })?;
+        })? {
+            return Ok(reports);
+        }
     }
-    let mut reports = Vec::new();
     for round in 0..=opts.rounds {
-        stage(&mut state, &format!("round {round}: train"), &mut || train_round(opts, round))?;
-        let model = load_profile(&opts.profile_dir(round))?;
+        // Round 0 from a given profile only copies it.
+        let kind = if round == 0 && opts.start_profile.is_some() { None } else { Some(Only::Train) };
+        if !stage(&mut state, &format!("round {round}: train"), kind, &mut || train_round(opts, round))? {
+            break;
+        }
+        let model = opts.with_comm(load_profile(&opts.profile_dir(round))?)?;
         let holdout_dir = opts.out.join("holdout").join(format!("round-{round}"));
-        stage(&mut state, &format!("round {round}: held-out"), &mut || {
+        if !stage(&mut state, &format!("round {round}: held-out"), Some(Only::Measure), &mut || {
             let report = holdout(opts, round, &model, &holdout_dir)?;
             print_report(&report);
             Ok(write_atomic(&holdout_dir.join("report.json"), serde_json::to_string_pretty(&report)?.as_bytes())?)
-        })?;
+        })? {
+            break;
+        }
         let report: RoundReport = serde_json::from_str(&std::fs::read_to_string(holdout_dir.join("report.json"))?)?;
         reports.push(report);
         if round == opts.rounds {
             break;
         }
         let requests = opts.out.join("requests").join(format!("round-{round}.jsonl"));
-        stage(&mut state, &format!("round {round}: propose"), &mut || {
+        stage(&mut state, &format!("round {round}: propose"), None, &mut || {
             let sets = propose(opts, round, &model)?;
             std::fs::create_dir_all(opts.out.join("requests"))?;
             let text: String =
                 sets.iter().map(|s| serde_json::to_string(s).map(|l| l + "\n")).collect::<Result<_, _>>()?;
             Ok(write_atomic(&requests, text.as_bytes())?)
         })?;
-        stage(&mut state, &format!("round {round}: measure"), &mut || {
+        if !stage(&mut state, &format!("round {round}: measure"), Some(Only::Measure), &mut || {
             if std::fs::read_to_string(&requests)?.trim().is_empty() {
                 eprintln!("calibrate: round {round} has no new set to measure");
                 return Ok(());
@@ -323,7 +392,9 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
                 .arg("--out")
                 .arg(opts.data_dir().join(format!("sets_round_{round}.jsonl")));
             run(c, &format!("round {round}: measure"))
-        })?;
+        })? {
+            break;
+        }
     }
     Ok(reports)
 }
@@ -331,6 +402,27 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
 fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
     let dir = opts.profile_dir(round);
     let tmp = dir.with_extension("partial");
+    if let (0, Some(start)) = (round, &opts.start_profile) {
+        // Round 0 is the given profile, copied as it is (its graphs and card).
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        for entry in std::fs::read_dir(start).with_context(|| format!("reading {}", start.display()))? {
+            let path = entry?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+            if path.is_file() && (name == "card.json" || onnx) {
+                std::fs::copy(&path, tmp.join(&name)).with_context(|| format!("copying {}", path.display()))?;
+            }
+        }
+        eprintln!("calibrate: round 0 is the profile {}", start.display());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(dir.parent().unwrap_or(&opts.out))?;
+        return std::fs::rename(&tmp, &dir).with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()));
+    }
     let p = ProfileOptions {
         name: opts.name.clone(),
         datasets: opts.datasets(round),
@@ -432,6 +524,9 @@ fn holdout(opts: &CalibrateOptions, round: usize, model: &NeuralModel, dir: &Pat
                 let mut c = opts.collector();
                 c.arg("measure-plan").args(&paths).args(["--batch-size", &opts.batch.to_string()]);
                 c.args(opts.timing.args());
+                if opts.comm_preset.is_some() {
+                    c.arg("--comm-from-plan");
+                }
                 c.args([
                     "--rounds",
                     &opts.measure_rounds.to_string(),

@@ -53,6 +53,23 @@ pub struct CalibrateArgs {
     /// Largest start delay of the comm samples, ms.
     #[arg(long, default_value_t = 60.0)]
     pub comm_max_delay_ms: f64,
+    /// Measure no comm (a machine with one GPU): price comm with this analytical preset (`h100`,
+    /// `h100-ib`, `a100`, `torchrec`, …) and time held-out plans' compute only (`measure-plan
+    /// --comm-from-plan`); the profiles then have no comm model.
+    #[arg(long)]
+    pub comm_from_preset: Option<String>,
+    /// Round 0's profile: a profile directory (e.g. `planner-core/profiles/h100`) judged and planned with
+    /// as it is, instead of one trained on the initial sets.
+    #[arg(long)]
+    pub start_profile: Option<PathBuf>,
+    /// Datasets every round's profile is also trained on (earlier collections of the same machine).
+    #[arg(long, num_args = 1..)]
+    pub extra_data: Vec<PathBuf>,
+    /// Run only stages that measure (`measure`) or only stages that train (`train`), stopping before the
+    /// first stage of the other kind still to do: measure on the GPU machine, train on another, resume on
+    /// the first (the same options otherwise; `--collector` may differ).
+    #[arg(long, value_enum)]
+    pub only: Option<trainer::calibrate::Only>,
     /// Memory cap of a device.
     #[arg(long, default_value = "4GiB")]
     pub mem_cap: String,
@@ -125,6 +142,10 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
         initial_samples: a.initial_samples,
         comm_samples: a.comm_samples,
         comm_max_delay_ms: a.comm_max_delay_ms,
+        comm_preset: a.comm_from_preset.clone(),
+        start_profile: a.start_profile.clone(),
+        extra_data: a.extra_data.clone(),
+        only: a.only,
         mem_cap: a.mem_cap.clone(),
         memory: planner_core::MemoryRule::from_parts(&a.memory_rule, None, None, None, None)?,
         seed: a.seed,
@@ -164,6 +185,11 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
             );
         }
     }
-    println!("calibrated profile: {}", opts.out.join("profiles").join(format!("round-{}", opts.rounds)).display());
+    let last = opts.out.join("profiles").join(format!("round-{}", opts.rounds));
+    if reports.last().is_some_and(|r| r.round == opts.rounds) {
+        println!("calibrated profile: {}", last.display());
+    } else {
+        println!("not finished: rerun the same command (without `--only` where the next stage can run) to go on");
+    }
     Ok(())
 }

@@ -503,7 +503,7 @@ fn bad_inputs_are_refused_with_the_field_and_value() {
 /// written are kept byte for byte and only the rest is measured.
 #[test]
 fn the_calibration_loop_measures_retrains_and_resumes() {
-    use trainer::calibrate::{CalibrateOptions, CollectorTiming, calibrate};
+    use trainer::calibrate::{CalibrateOptions, CollectorTiming, Only, calibrate};
     let out = std::env::temp_dir().join(format!("shardplan-calibrate-it-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let opts = CalibrateOptions {
@@ -521,6 +521,10 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
         initial_samples: 12,
         comm_samples: 12,
         comm_max_delay_ms: 5.0,
+        comm_preset: None,
+        start_profile: None,
+        extra_data: Vec::new(),
+        only: None,
         mem_cap: "1GiB".into(),
         memory: planner_core::MemoryRule::from_parts("torchrec", None, None, None, None).unwrap(),
         seed: 3,
@@ -564,5 +568,43 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     assert!(resumed.starts_with(&kept), "the samples written before the kill are kept");
     assert_eq!(std::fs::read(out.join("data/compute_initial.jsonl")).unwrap(), initial_before);
     assert_eq!(again[1].samples, reports[1].samples);
+
+    // The loop split across machines, as on a GPU server: round 0 is a given profile, comm is priced by an
+    // analytical preset (one device: none is measured), `--only measure` stops before training, `--only
+    // train` before measuring, and the plain command finishes.
+    let split_out = out.with_extension("split");
+    let _ = std::fs::remove_dir_all(&split_out);
+    let split = |only| CalibrateOptions {
+        out: split_out.clone(),
+        start_profile: Some(out.join("profiles/round-1")),
+        comm_preset: Some("h100".into()),
+        extra_data: vec![out.join("data/compute_initial.jsonl")],
+        only,
+        seed: 4,
+        mem_cap: "8GiB".into(),
+        ..opts.clone()
+    };
+    let done = |stage: &str| std::fs::read_to_string(split_out.join("state.json")).unwrap().contains(stage);
+    let measured = calibrate(&split(Some(Only::Measure))).unwrap();
+    assert_eq!(measured.len(), 1, "round 0 judged, round 1 not trained");
+    assert!(done("round 0: measure") && !done("round 1: train"));
+    assert!(
+        std::fs::read_dir(split_out.join("data")).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("comm"))
+    );
+    let card = std::fs::read_to_string(split_out.join("profiles/round-0/card.json")).unwrap();
+    assert_eq!(card, std::fs::read_to_string(out.join("profiles/round-1/card.json")).unwrap());
+    calibrate(&split(Some(Only::Train))).unwrap();
+    assert!(done("round 1: train") && !done("round 1: held-out"));
+    // Trained on the extra data and the loop's own: both initial sets and round 0's proposals.
+    let trained = trainer::calibrate::load_profile(&split_out.join("profiles/round-1")).unwrap();
+    assert_eq!(trained.card().compute.dataset.samples, 12 + 12 + 6);
+    let all = calibrate(&split(None)).unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(done("round 1: held-out"));
+    let _ = std::fs::remove_dir_all(&split_out);
     let _ = std::fs::remove_dir_all(&out);
 }

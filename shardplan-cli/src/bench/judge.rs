@@ -41,6 +41,9 @@ pub fn measure_cell(
     let mut skipped = Vec::new();
     let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
     let mut hardware: Option<String> = None;
+    let mut comm: Option<String> = None;
+    // Comm's share of every measured plan's cost (at its bottleneck device).
+    let mut comm_shares = Vec::new();
     for (k, st) in suite.iter().enumerate() {
         if tasks.len() >= args.measure_tasks {
             break;
@@ -70,6 +73,12 @@ pub fn measure_cell(
                 );
             }
             hardware = Some(here.clone());
+            comm = Some(m.comm.clone());
+        }
+        for p in &m.plans {
+            if let Some(d) = p.measured.devices.get(p.measured.bottleneck_device).filter(|_| p.measured.cost_ms > 0.0) {
+                comm_shares.push((d.fw_comm_ms + d.bw_comm_ms) / p.measured.cost_ms);
+            }
         }
         tasks.push(JudgedTask::from_measured(format!("task {}", st.index), m, model));
     }
@@ -88,5 +97,7 @@ pub fn measure_cell(
         dir: dir.display().to_string(),
         hardware,
         model_hardware,
+        comm,
+        comm_share: (!comm_shares.is_empty()).then(|| comm_shares.iter().sum::<f64>() / comm_shares.len() as f64),
     })
 }

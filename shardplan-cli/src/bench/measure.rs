@@ -17,6 +17,7 @@ pub struct Collector<'a> {
     reps: u32,
     rounds: u32,
     comm_from_plan: bool,
+    guard: bool,
 }
 
 impl<'a> Collector<'a> {
@@ -29,6 +30,7 @@ impl<'a> Collector<'a> {
             reps: args.measure_reps,
             rounds: args.measure_rounds,
             comm_from_plan: args.measure_comm_from_plan,
+            guard: !args.measure_no_guard,
         }
     }
 
@@ -38,7 +40,11 @@ impl<'a> Collector<'a> {
         let bin = self.bin;
         if !out_path.is_file() {
             let mut cmd = Command::new(bin);
-            cmd.args(["--backend", self.backend, "--quiet", "measure-plan"]).args(docs).args([
+            cmd.args(["--backend", self.backend, "--quiet"]);
+            if !self.guard {
+                cmd.arg("--no-guard");
+            }
+            cmd.arg("measure-plan").args(docs).args([
                 "--batch-size",
                 &self.batch.to_string(),
                 "--reps",

@@ -125,6 +125,10 @@ pub struct BenchArgs {
     /// Time compute only and take comm from the plan's prediction (a machine with fewer devices than the plan).
     #[arg(long)]
     pub measure_comm_from_plan: bool,
+    /// Turn the collector's contention guard off (a dedicated machine where nothing else runs; the
+    /// judge's own noise is still reported).
+    #[arg(long)]
+    pub measure_no_guard: bool,
     /// Where plan documents and measurements are kept (default: `bench-plans` next to `--out`, or in
     /// the current directory).
     #[arg(long)]

@@ -63,6 +63,12 @@ pub struct MeasuredCell {
     /// The machine the cost model was measured on, when its card records one; when it differs from
     /// `hardware` the accuracy figures compare predictions for one machine with times on another.
     pub model_hardware: Option<String>,
+    /// Where the comm times came from: `measured`, or (compute timed on fewer devices than the plan) the
+    /// collector's note that they were taken from each plan's prediction.
+    pub comm: Option<String>,
+    /// Comm's mean share of a measured plan's cost (forward + backward all-to-all of its bottleneck
+    /// device over the plan's cost).
+    pub comm_share: Option<f64>,
 }
 
 /// One planner in the optimality section.
@@ -227,6 +233,16 @@ fn measured_markdown(m: &MeasuredCell) -> String {
             "Measured on `{here}`; **the cost model was measured on another machine** (`{trained}`), so its accuracy below is across machines. "
         ),
         (Some(here), _) => format!("Measured on `{here}`. "),
+    };
+    let machines = match m.comm.as_deref() {
+        Some(c) if c != "measured" => {
+            let share =
+                m.comm_share.map_or_else(String::new, |x| format!(", {:.1}% of a plan's cost on average", 100.0 * x));
+            format!(
+                "{machines}Compute timed; **comm not measured** ({c}): the costs below are measured compute plus predicted comm{share}. "
+            )
+        }
+        _ => machines,
     };
     let mut out = vec![format!(
         "\n{machines}Measured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
