@@ -191,7 +191,18 @@ mod tests {
         assert!(e.contains("`risk` = 1"), "{e}");
         let e = err(ModelChoice { global_batch: Some(4096), ..ModelChoice::new("h100") });
         assert!(e.contains("`global_batch` = 4096") && e.contains("65536"), "{e}");
-        let e = err(ModelChoice { risk: 1.0, ..ModelChoice::new("h100") });
+        // The embedded `h100` is an ensemble: risk works. The same card with one network refuses it.
+        assert!(ModelChoice { risk: 1.0, ..ModelChoice::new("h100") }.build().is_ok());
+        let p = profiles::find("h100").unwrap();
+        let mut card: serde_json::Value = serde_json::from_str(p.card_json).unwrap();
+        let compute = card["compute"].as_object_mut().unwrap();
+        compute.remove("ensemble");
+        compute.remove("interval");
+        let single = crate::cost::NeuralModel::from_profile(&card.to_string(), |f| {
+            p.files.iter().find(|(name, _)| *name == f).map(|(_, b)| *b)
+        })
+        .unwrap();
+        let e = ModelChoice { risk: 1.0, ..ModelChoice::new("h100") }.finish(single, "h100").err().unwrap().to_string();
         assert!(e.contains("one network"), "{e}");
         let e = err(ModelChoice { expected_max: true, ..ModelChoice::new("analytical") });
         assert!(e.contains("`expected_max` = true") && e.contains("no measured error"), "{e}");

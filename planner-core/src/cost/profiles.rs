@@ -29,11 +29,10 @@ macro_rules! profile_file {
     };
 }
 
-/// The graphs of a profile as `shardplan-train calibrate` writes it for a CPU backend: a 5-member
-/// compute ensemble and comm models for 4 and 8 devices (native builds only, like the CPU profiles).
-#[cfg(not(target_arch = "wasm32"))]
+/// The graphs of a profile as `shardplan-train calibrate` writes it: a 5-member compute ensemble, and for
+/// a CPU backend (`with comm`) comm models for 4 and 8 devices; a single-GPU profile has no comm model.
 macro_rules! ensemble_profile_files {
-    ($dir:literal) => {
+    ($dir:literal $(, $comm:literal)*) => {
         &[
             profile_file!($dir, "compute_encoder.onnx"),
             profile_file!($dir, "compute_head.onnx"),
@@ -46,10 +45,7 @@ macro_rules! ensemble_profile_files {
             profile_file!($dir, "compute_head_m3.onnx"),
             profile_file!($dir, "compute_encoder_m4.onnx"),
             profile_file!($dir, "compute_head_m4.onnx"),
-            profile_file!($dir, "comm_d4_bw.onnx"),
-            profile_file!($dir, "comm_d4_fw.onnx"),
-            profile_file!($dir, "comm_d8_bw.onnx"),
-            profile_file!($dir, "comm_d8_fw.onnx"),
+            $(profile_file!($dir, $comm),)*
         ]
     };
 }
@@ -58,14 +54,11 @@ macro_rules! ensemble_profile_files {
 pub const EMBEDDED: &[EmbeddedProfile] = &[
     EmbeddedProfile {
         name: "h100",
-        hardware: "one NVIDIA H100 80GB HBM3, fused fp32 embedding-bag forward + backward/SGD, batch 65,536",
+        hardware: "one NVIDIA H100 80GB HBM3, fused fp32 embedding-bag forward + backward/SGD, batch 65,536; \
+                   calibrated through `shardplan-train calibrate` on the planners' own device sets",
         comm_fallback_hw: "h100",
         card_json: include_str!("../../profiles/h100/card.json"),
-        files: &[
-            profile_file!("h100", "compute_encoder.onnx"),
-            profile_file!("h100", "compute_head.onnx"),
-            profile_file!("h100", "compute_end_to_end.onnx"),
-        ],
+        files: ensemble_profile_files!("h100"),
     },
     // A CPU profile prices the collector's CPU backend on one kind of machine (`--cost-model cpu` picks
     // the one of the machine it runs on): useful beside that collector, not in a browser, where its
@@ -78,7 +71,13 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
                    calibrate`",
         comm_fallback_hw: "torchrec",
         card_json: include_str!("../../profiles/cpu-xeon-2t/card.json"),
-        files: ensemble_profile_files!("cpu-xeon-2t"),
+        files: ensemble_profile_files!(
+            "cpu-xeon-2t",
+            "comm_d4_bw.onnx",
+            "comm_d4_fw.onnx",
+            "comm_d8_bw.onnx",
+            "comm_d8_fw.onnx"
+        ),
     },
     #[cfg(not(target_arch = "wasm32"))]
     EmbeddedProfile {
@@ -87,7 +86,13 @@ pub const EMBEDDED: &[EmbeddedProfile] = &[
                    pages), batch 4,096, comm between 4 and 8 threads; trained through `shardplan-train calibrate`",
         comm_fallback_hw: "torchrec",
         card_json: include_str!("../../profiles/cpu-epyc-2t/card.json"),
-        files: ensemble_profile_files!("cpu-epyc-2t"),
+        files: ensemble_profile_files!(
+            "cpu-epyc-2t",
+            "comm_d4_bw.onnx",
+            "comm_d4_fw.onnx",
+            "comm_d8_bw.onnx",
+            "comm_d8_fw.onnx"
+        ),
     },
 ];
 

@@ -226,7 +226,7 @@ fn native_head_equals_tract() {
         // tract sums in f32, the native head in f64: agreement to 1e-5 relative, or 1e-6 ms near zero.
         assert!((n - t).abs() <= 1e-5 * t.abs() + 1e-6, "native {n} vs tract {t}");
     }
-    // The set costs the model reports (native head over fixed-point sums) equal tract's head over
+    // The set costs a member reports (native head over fixed-point sums) equal tract's head over
     // the f32 sum of the encoder's embeddings.
     let task = SuiteSpec::neuroshard(4, 128, 1, 2).task(0).unwrap().task;
     let set: Vec<PieceRef<'_>> = task.tables.iter().take(9).map(|t| PieceRef::whole(t, t.dim)).collect();
@@ -238,7 +238,8 @@ fn native_head_equals_tract() {
         }
     }
     let via_tract = via_tract(&[sum])[0];
-    let reported = model.compute_ms(&set).unwrap();
+    // The first member's cost (the model reports the ensemble's mean of its members).
+    let reported = model.compute_members_ms(&set).unwrap()[0];
     assert!((reported - via_tract).abs() <= 1e-5 * via_tract.abs() + 1e-6, "{reported} vs {via_tract}");
     // The head graph run on f32 sums (`head_ms`) is the same chain.
     let head_ms = model.head_ms(&[sum]).unwrap()[0];
