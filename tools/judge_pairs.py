@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Task-by-task measured comparison of two planners in a measured bench.
+
+Usage: tools/judge_pairs.py [--compute-only] BENCH_PLANS OURS:THEIRS [OURS:THEIRS ...]
+  e.g. tools/judge_pairs.py bench-h100 neuroshard:torchrec neuroshard+refine:neuroshard
+
+BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
+`taskN.measured.json` in each). For every cell and pair, over the tasks where both planners' plans were
+measured: the gain (theirs − ours) / theirs of the measured plan cost, mean ± standard error over the tasks,
+and on how many tasks ours was not slower. Single planners, unlike the bench's own "best of `neuroshard` /
+`neuroshard+refine`" column (the best of two noisy measurements favours itself). With `--compute-only` a
+plan's cost is its slowest device's measured compute alone, leaving out comm (which a bench measured with
+`--measure-comm-from-plan` took from the plan's prediction). Nothing is measured. Standard library only.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def plan_cost(measured, compute_only):
+    """A measured plan report's cost: the plan's cost, or its slowest device's compute alone."""
+    if compute_only:
+        return max(d["compute_ms"] for d in measured["devices"])
+    return measured["cost_ms"]
+
+
+def measured_costs(cell, compute_only):
+    """{task: {planner: measured plan cost ms}} of one cell folder."""
+    out = {}
+    for f in sorted(cell.glob("task*.measured.json")):
+        doc = json.loads(f.read_text())
+        out[f.name.split(".")[0]] = {p["planner"]: plan_cost(p["measured"], compute_only) for p in doc["plans"]}
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    compute_only = "--compute-only" in args
+    args = [a for a in args if a != "--compute-only"]
+    if len(args) < 2 or any(":" not in a for a in args[1:]):
+        sys.exit(__doc__)
+    root = Path(args[0])
+    cells = sorted(d for d in root.iterdir() if d.is_dir())
+    if not cells:
+        sys.exit(f"{root}: no cell folders")
+    print("| cell | ours vs theirs | tasks | gain, mean ± s.e. | ours not slower |")
+    print("|---|---|---|---|---|")
+    for cell in cells:
+        tasks = measured_costs(cell, compute_only)
+        for pair in args[1:]:
+            ours, theirs = pair.split(":", 1)
+            gains = [
+                (c[theirs] - c[ours]) / c[theirs]
+                for c in tasks.values()
+                if ours in c and theirs in c and c[theirs] > 0
+            ]
+            if not gains:
+                print(f"| {cell.name} | {ours} vs {theirs} | 0 | - | - |")
+                continue
+            n = len(gains)
+            mean = sum(gains) / n
+            se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else float("nan")
+            wins = sum(g >= 0 for g in gains)
+            print(f"| {cell.name} | {ours} vs {theirs} | {n} | {100 * mean:+.1f}% ± {100 * se:.1f} | {wins}/{n} |")
+
+
+if __name__ == "__main__":
+    main()
