@@ -10,13 +10,15 @@ measured: the gain (theirs − ours) / theirs of the measured plan cost, mean ±
 and on how many tasks ours was not slower. Single planners, unlike the bench's own "best of `neuroshard` /
 `neuroshard+refine`" column (the best of two noisy measurements favours itself). With `--compute-only` a
 plan's cost is its slowest device's measured compute alone, leaving out comm (which a bench measured with
-`--measure-comm-from-plan` took from the plan's prediction). Nothing is measured. Standard library only.
+`--measure-comm-from-plan` took from the plan's prediction). Nothing is measured. Standard library and `paired_eval.py` (beside it) only.
 """
 
 import json
-import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired_eval import mean_se  # noqa: E402  (the same mean ± standard error as the eval comparison)
 
 
 def plan_cost(measured, compute_only):
@@ -60,8 +62,8 @@ def main():
                 print(f"| {cell.name} | {ours} vs {theirs} | 0 | - | - |")
                 continue
             n = len(gains)
-            mean = sum(gains) / n
-            se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else float("nan")
+            mean, se = mean_se(gains)
+            se = float("nan") if se is None else se
             wins = sum(g >= 0 for g in gains)
             print(f"| {cell.name} | {ours} vs {theirs} | {n} | {100 * mean:+.1f}% ± {100 * se:.1f} | {wins}/{n} |")
 

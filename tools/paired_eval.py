@@ -14,6 +14,14 @@ import math
 import sys
 
 
+def mean_se(values):
+    """Mean and standard error of the mean of `values` (`None` for the error of fewer than two)."""
+    n = len(values)
+    mean = sum(values) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else None
+    return mean, se
+
+
 def costs(spec):
     path, planner = spec.rsplit(":", 1)
     with open(path) as f:
@@ -38,8 +46,8 @@ def main():
         if n == 0:
             print(f"{ref_spec} vs {spec}: no task both solved")
             continue
-        mean = sum(gains) / n
-        se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
+        mean, se = mean_se(gains)
+        se = 0.0 if se is None else se
         not_dearer = sum(1 for r, o in zip(ref, other) if r is not None and o is not None and r <= o)
         print(f"{ref_spec} cheaper than {spec} by {mean:+.2f}% ± {se:.2f} (s.e.), not dearer on {not_dearer}/{n} tasks")
 

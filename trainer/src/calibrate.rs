@@ -403,46 +403,39 @@ fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
     let dir = opts.profile_dir(round);
     let tmp = dir.with_extension("partial");
     if let (0, Some(start)) = (round, &opts.start_profile) {
-        // Round 0 is the given profile, copied as it is (its graphs and card).
+        // Round 0 is the given profile, copied as it is (its card and graphs).
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp)?;
         }
         std::fs::create_dir_all(&tmp)?;
-        for entry in std::fs::read_dir(start).with_context(|| format!("reading {}", start.display()))? {
-            let path = entry?.path();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
-            if path.is_file() && (name == "card.json" || onnx) {
-                std::fs::copy(&path, tmp.join(&name)).with_context(|| format!("copying {}", path.display()))?;
-            }
+        let card = start.join("card.json");
+        std::fs::copy(&card, tmp.join("card.json")).with_context(|| format!("copying {}", card.display()))?;
+        for (name, bytes) in onnx_files(start)? {
+            std::fs::write(tmp.join(&name), bytes).with_context(|| format!("writing {}", tmp.join(&name).display()))?;
         }
         eprintln!("calibrate: round 0 is the profile {}", start.display());
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        std::fs::create_dir_all(dir.parent().unwrap_or(&opts.out))?;
-        return std::fs::rename(&tmp, &dir).with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()));
+    } else {
+        let p = ProfileOptions {
+            name: opts.name.clone(),
+            datasets: opts.datasets(round),
+            unseen: Vec::new(),
+            out: tmp.clone(),
+            train: opts.train.clone(),
+            members: opts.members,
+            loss: opts.loss,
+            coverage: 0.9,
+            log_features: true,
+            speed_normalise: true,
+            resume: true,
+            command: format!("{} (round {round})", opts.command),
+        };
+        let outcome = train_profile(&p)?;
+        eprintln!(
+            "calibrate: round {round} profile on {} samples, test MAPE {:.1}%",
+            outcome.card.compute.dataset.samples,
+            outcome.card.compute.metrics.get("neural/random/test").map_or(f64::NAN, |m| m.mape_pct)
+        );
     }
-    let p = ProfileOptions {
-        name: opts.name.clone(),
-        datasets: opts.datasets(round),
-        unseen: Vec::new(),
-        out: tmp.clone(),
-        train: opts.train.clone(),
-        members: opts.members,
-        loss: opts.loss,
-        coverage: 0.9,
-        log_features: true,
-        speed_normalise: true,
-        resume: true,
-        command: format!("{} (round {round})", opts.command),
-    };
-    let outcome = train_profile(&p)?;
-    eprintln!(
-        "calibrate: round {round} profile on {} samples, test MAPE {:.1}%",
-        outcome.card.compute.dataset.samples,
-        outcome.card.compute.metrics.get("neural/random/test").map_or(f64::NAN, |m| m.mape_pct)
-    );
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing the stale {}", dir.display()))?;
     }
