@@ -22,6 +22,13 @@ A tools/ script, never a dependency of the product. Set-up (a virtual environmen
     python3 -m venv ~/.venv-mtk && ~/.venv-mtk/bin/pip install mtkahypar==1.7.post1
 
 Usage: ~/.venv-mtk/bin/python tools/alis_kahypar.py DUMP_DIR [--replay REPORT.json] [--out RESULT.json]
+                                                   [--mtk-from EARLIER_RESULT.json]
+
+`--mtk-from` takes Mt-KaHyPar's side from an earlier `--out` over the same hypergraphs (checked instance by
+instance: vertex and net counts, cap) instead of running it again: the hypergraphs `direct` and `full` partition
+do not depend on the alis partitioner, so after a change to it only our side needs scoring (seconds, where
+Mt-KaHyPar takes 10–40 minutes a stream). Needs no `mtkahypar`. The results of `docs/ALIS.md` are in
+`docs/results/alis-mtk/`.
 """
 
 import argparse
@@ -91,11 +98,18 @@ def main():
     ap.add_argument("dump_dir")
     ap.add_argument("--replay", help="a `shardplan dynamic --out` report of the same stream")
     ap.add_argument("--out", help="write every instance's numbers here (JSON)")
+    ap.add_argument("--mtk-from", help="Mt-KaHyPar's numbers from an earlier --out over the same dump")
     args = ap.parse_args()
 
-    import mtkahypar as mtk
+    earlier = None
+    if args.mtk_from:
+        with open(args.mtk_from) as f:
+            earlier = {(r["scope"], r["seed"], r["update"], r["shards"]): r for r in json.load(f)["rows"]}
+        mtk, initializer = None, None
+    else:
+        import mtkahypar as mtk
 
-    initializer = mtk.initialize(1, False)
+        initializer = mtk.initialize(1, False)
     with open(os.path.join(args.dump_dir, "manifest.json")) as f:
         manifest = json.load(f)
     path = lambda name: os.path.join(args.dump_dir, name)
@@ -121,16 +135,25 @@ def main():
             our_km1, our_fan = km1_and_fanout(nets, weights, our_part)
             if our_km1 != ours["km1"]:
                 sys.exit(f"{ours['part']}: km1 {our_km1} here, {ours['km1']} in the manifest")
-            # Mt-KaHyPar runs with the seed the dump's partition ran with.
-            mtk_part, mtk_km1, mtk_ms, mtk_cpu = mtkahypar_partition(
-                mtk, initializer, n, nets, weights, shards, cap, seed
-            )
-            _, mtk_fan = km1_and_fanout(nets, weights, mtk_part)
-            if mtk_km1 != km1_and_fanout(nets, weights, mtk_part)[0]:
-                sys.exit(f"{inst['file']} S={shards}: Mt-KaHyPar's km1 {mtk_km1} differs from the recount")
-            mtk_load = max(mtk_part.count(b) for b in range(shards))
             our_pre, count = prequential(next_window, our_part, keys[seed], shards)
-            mtk_pre, _ = prequential(next_window, mtk_part, keys[seed], shards)
+            if earlier is not None:
+                key = (inst["scope"], seed, inst["update"], shards)
+                old = earlier.get(key)
+                if old is None or (old["n_vertices"], old["n_nets"], old["cap"]) != (n, inst["n_nets"], cap):
+                    sys.exit(f"{inst['file']} S={shards}: --mtk-from has no instance with {n} vertices, "
+                             f"{inst['n_nets']} nets and cap {cap} for {key}")
+                mtk_km1, mtk_fan, mtk_load = old["mtk_km1"], old["mtk_fanout"], old["mtk_max_load"]
+                mtk_ms, mtk_cpu, mtk_pre = old["mtk_ms"], old["mtk_cpu_ms"], old["mtk_next_fanout_sum"]
+            else:
+                # Mt-KaHyPar runs with the seed the dump's partition ran with.
+                mtk_part, mtk_km1, mtk_ms, mtk_cpu = mtkahypar_partition(
+                    mtk, initializer, n, nets, weights, shards, cap, seed
+                )
+                _, mtk_fan = km1_and_fanout(nets, weights, mtk_part)
+                if mtk_km1 != km1_and_fanout(nets, weights, mtk_part)[0]:
+                    sys.exit(f"{inst['file']} S={shards}: Mt-KaHyPar's km1 {mtk_km1} differs from the recount")
+                mtk_load = max(mtk_part.count(b) for b in range(shards))
+                mtk_pre, _ = prequential(next_window, mtk_part, keys[seed], shards)
             row = {
                 "scope": inst["scope"], "seed": seed, "update": inst["update"], "shards": shards, "cap": cap,
                 "n_vertices": n, "n_nets": inst["n_nets"],
@@ -146,7 +169,8 @@ def main():
                   f"{mtk_ms:8.1f} ms (CPU {ours.get('cpu_ms') or float('nan'):.2f} vs {mtk_cpu:.1f})  max load {ours['max_load']}/{mtk_load} cap {cap}", file=sys.stderr)
 
     print(f"Source: {manifest['source']}; windows of {manifest['window_requests']} requests; ε = {eps}; "
-          f"alis partitioner `{manifest['partitioner']}`; Mt-KaHyPar {mtk.__version__ if hasattr(mtk, '__version__') else ''} "
+          f"alis partitioner `{manifest['partitioner']}`; Mt-KaHyPar "
+          f"{(mtk.__version__ if hasattr(mtk, '__version__') else '') if mtk else 'from ' + args.mtk_from} "
           f"preset DEFAULT, KM1, 1 thread, the dump's seeds, every block capped at ⌈(1+ε)·rows/S⌉. Times are "
           f"sums over the partitions of the partition call alone: CPU time (this thread's for alis, the process's "
           f"for Mt-KaHyPar) and wall-clock.\n")

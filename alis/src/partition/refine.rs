@@ -90,50 +90,28 @@ impl<'a> PartState<'a> {
         }
         let mut phi = vec![0u32; hg.m() * k];
         let mut lambda = vec![0u32; hg.m()];
+        let mut cache = (hg.n().saturating_mul(k) <= CACHE_ENTRIES)
+            .then(|| Cache { benefit: vec![0; hg.n()], wsum: vec![0; hg.n()], conn: vec![0; hg.n() * k] });
+        // One pass over the nets: a net's pin counts, then (its pins still in cache) its pins' gain terms.
+        let mut blocks: Vec<usize> = Vec::with_capacity(k);
         for e in 0..hg.m() {
             let row = &mut phi[e * k..(e + 1) * k];
-            for &p in hg.net(e) {
+            let pins = hg.net(e);
+            for &p in pins {
                 let c = &mut row[part[p as usize] as usize];
                 if *c == 0 {
                     lambda[e] += 1;
                 }
                 *c += 1;
             }
-        }
-        let mut st = PartState {
-            hg,
-            k,
-            part,
-            load,
-            phi,
-            lambda,
-            cache: None,
-            affected: Vec::new(),
-            stamp: vec![0; hg.n()],
-            stamp_all: vec![0; hg.n()],
-            now: 0,
-            track: false,
-            scratch: vec![0; k],
-        };
-        if hg.n().saturating_mul(k) <= CACHE_ENTRIES {
-            st.build_cache();
-        }
-        st
-    }
-
-    fn build_cache(&mut self) {
-        let (hg, k) = (self.hg, self.k);
-        let mut c = Cache { benefit: vec![0; hg.n()], wsum: vec![0; hg.n()], conn: vec![0; hg.n() * k] };
-        let mut blocks: Vec<usize> = Vec::with_capacity(k);
-        for e in 0..hg.m() {
+            let Some(c) = cache.as_mut() else { continue };
             let w = hg.nw[e];
-            let row = &self.phi[e * k..(e + 1) * k];
             blocks.clear();
             blocks.extend((0..k).filter(|&t| row[t] > 0));
-            for &u in hg.net(e) {
+            for &u in pins {
                 let u = u as usize;
                 c.wsum[u] += w;
-                if row[self.part[u] as usize] == 1 {
+                if row[part[u] as usize] == 1 {
                     c.benefit[u] += w;
                 }
                 let conn = &mut c.conn[u * k..(u + 1) * k];
@@ -142,7 +120,21 @@ impl<'a> PartState<'a> {
                 }
             }
         }
-        self.cache = Some(c);
+        PartState {
+            hg,
+            k,
+            part,
+            load,
+            phi,
+            lambda,
+            cache,
+            affected: Vec::new(),
+            stamp: vec![0; hg.n()],
+            stamp_all: vec![0; hg.n()],
+            now: 0,
+            track: false,
+            scratch: vec![0; k],
+        }
     }
 
     /// Turns the collection of affected vertices on or off.
