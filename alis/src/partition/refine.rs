@@ -90,8 +90,11 @@ impl<'a> PartState<'a> {
         }
         let mut phi = vec![0u32; hg.m() * k];
         let mut lambda = vec![0u32; hg.m()];
-        let mut cache = (hg.n().saturating_mul(k) <= CACHE_ENTRIES)
-            .then(|| Cache { benefit: vec![0; hg.n()], wsum: vec![0; hg.n()], conn: vec![0; hg.n() * k] });
+        let mut cache = (hg.n().saturating_mul(k) <= CACHE_ENTRIES).then(|| Cache {
+            benefit: vec![0; hg.n()],
+            wsum: vec![0; hg.n()],
+            conn: vec![0; hg.n() * k],
+        });
         // One pass over the nets: a net's pin counts, then (its pins still in cache) its pins' gain terms.
         let mut blocks: Vec<usize> = Vec::with_capacity(k);
         for e in 0..hg.m() {
