@@ -103,8 +103,11 @@ def main():
 
     earlier = None
     if args.mtk_from:
-        with open(args.mtk_from) as f:
-            earlier = {(r["scope"], r["seed"], r["update"], r["shards"]): r for r in json.load(f)["rows"]}
+        try:
+            with open(args.mtk_from) as f:
+                earlier = {(r["scope"], r["seed"], r["update"], r["shards"]): r for r in json.load(f)["rows"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"--mtk-from {args.mtk_from}: not an earlier --out of this script ({type(e).__name__}: {e})")
         mtk, initializer = None, None
     else:
         import mtkahypar as mtk
@@ -149,8 +152,8 @@ def main():
                 mtk_part, mtk_km1, mtk_ms, mtk_cpu = mtkahypar_partition(
                     mtk, initializer, n, nets, weights, shards, cap, seed
                 )
-                _, mtk_fan = km1_and_fanout(nets, weights, mtk_part)
-                if mtk_km1 != km1_and_fanout(nets, weights, mtk_part)[0]:
+                recount, mtk_fan = km1_and_fanout(nets, weights, mtk_part)
+                if mtk_km1 != recount:
                     sys.exit(f"{inst['file']} S={shards}: Mt-KaHyPar's km1 {mtk_km1} differs from the recount")
                 mtk_load = max(mtk_part.count(b) for b in range(shards))
                 mtk_pre, _ = prequential(next_window, mtk_part, keys[seed], shards)

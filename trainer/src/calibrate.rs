@@ -254,8 +254,7 @@ impl CalibrateOptions {
     fn with_comm(&self, model: NeuralModel) -> Result<NeuralModel> {
         let Some(p) = &self.comm_preset else { return Ok(model) };
         let batch = model.global_batch().unwrap_or(u64::from(self.batch));
-        let hw = planner_core::cost::HardwareProfile::builtin(p)?;
-        Ok(model.with_comm_fallback(planner_core::cost::AnalyticalModel::new(hw, batch)?))
+        Ok(planner_core::cost::profiles::with_preset_comm(model, p, batch)?)
     }
 
     fn collector(&self) -> Command {

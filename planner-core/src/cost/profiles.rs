@@ -170,8 +170,17 @@ pub fn load(name: &str) -> Result<NeuralModel> {
 pub fn load_with_comm_fallback(name: &str) -> Result<NeuralModel> {
     let model = load(name)?;
     let preset = find(name).map_or("torchrec", |p| p.comm_fallback_hw);
+    with_preset_comm(model, preset, crate::cost::analytical::DEFAULT_GLOBAL_BATCH)
+}
+
+/// `model` with the comm it has no model for priced by the analytical model of the built-in hardware
+/// `preset` at `global_batch`.
+///
+/// # Errors
+/// An unknown preset or a batch the analytical model refuses.
+pub fn with_preset_comm(model: NeuralModel, preset: &str, global_batch: u64) -> Result<NeuralModel> {
     let hw = crate::cost::HardwareProfile::builtin(preset)?;
-    Ok(model.with_comm_fallback(crate::cost::AnalyticalModel::new(hw, crate::cost::analytical::DEFAULT_GLOBAL_BATCH)?))
+    Ok(model.with_comm_fallback(crate::cost::AnalyticalModel::new(hw, global_batch)?))
 }
 
 #[cfg(test)]
