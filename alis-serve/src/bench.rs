@@ -106,6 +106,9 @@ pub struct CellReport {
     pub shards: usize,
     /// Seed (strategy, and the generator's when synthetic).
     pub seed: u64,
+    /// Which of the `--repeats` runs of this strategy, shard count and seed (0 for the first).
+    #[serde(default)]
+    pub repeat: usize,
     /// Load generator.
     pub load: Load,
     /// Requests answered, all windows.
@@ -844,6 +847,7 @@ async fn run_on(
         strategy: strategy.to_string(),
         shards,
         seed: cfg.seed,
+        repeat: 0,
         load: bench.load,
         requests: recs.len() as u64,
         scored_requests: scored.len() as u64,

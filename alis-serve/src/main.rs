@@ -30,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the serving benchmark: every strategy × shard count × seed on fresh servers.
+    /// Run the serving benchmark: every strategy × shard count × seed × repeat on fresh servers.
     Bench(Box<BenchArgs>),
     /// Print the table of one or more JSON reports written by `bench --out` (runs made separately, e.g.
     /// one strategy at a time, in one table).
@@ -82,6 +82,12 @@ struct BenchArgs {
     /// First seed.
     #[arg(long, default_value_t = 0)]
     seed_base: u64,
+    /// Runs of every strategy per shard count and seed, interleaved: repeat r runs the strategies in their
+    /// order rotated by r, so that no strategy always runs first or after the same one. With two or more,
+    /// the report adds a table of medians and ranges over the runs and paired comparisons with the first
+    /// strategy.
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
     /// Requests per window (one update per window); default: the generator's requests per window, or 1000.
     #[arg(long)]
     window_requests: Option<usize>,
@@ -299,6 +305,9 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
     if a.seeds == 0 {
         bail!("invalid --seeds = 0 (allowed: >= 1)");
     }
+    if !(1..=100).contains(&a.repeats) {
+        bail!("invalid --repeats = {} (allowed: 1..=100)", a.repeats);
+    }
     if a.shards.is_empty() {
         bail!("invalid --shards: empty list (allowed: 1..={MAX_SERVERS})");
     }
@@ -404,10 +413,11 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
             };
             n_req = stream.n_requests();
             n_rows = stream.n_rows();
-            for &shards in &a.shards {
-                for p in &strategies {
+            for (&shards, repeat) in a.shards.iter().flat_map(|s| (0..a.repeats).map(move |r| (s, r))) {
+                let rotated = strategies.iter().cycle().skip(repeat % strategies.len()).take(strategies.len());
+                for p in rotated {
                     let cfg = StrategyConfig { shards, seed, ..base };
-                    let data_dir = root.join(format!("S{shards}-{p}-seed{seed}"));
+                    let data_dir = root.join(format!("S{shards}-{p}-seed{seed}-run{repeat}"));
                     let bc = BenchConfig {
                         exe: exe.clone(),
                         data_dir: data_dir.clone(),
@@ -420,11 +430,12 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
                         request_limit: Duration::from_secs_f64(a.request_limit_s),
                         fault: None,
                     };
-                    let r = rt
+                    let mut r = rt
                         .block_on(bench::run(stream.clone(), p, cfg, &bc))
-                        .with_context(|| format!("serving strategy {p} with S={shards}, seed {seed}"))?;
+                        .with_context(|| format!("serving strategy {p} with S={shards}, seed {seed}, run {repeat}"))?;
+                    r.repeat = repeat;
                     eprintln!(
-                        "seed {seed} S={shards} {p:<9} p50 {:.0} µs p99 {:.0} µs {:.0} req/s fanout {:.3} migrated {} \
+                        "seed {seed} run {repeat} S={shards} {p:<9} p50 {:.0} µs p99 {:.0} µs {:.0} req/s fanout {:.3} migrated {} \
                          misses {} wrong {} kills {} lost {}",
                         r.p50_us,
                         r.p99_us,

@@ -162,6 +162,7 @@ fn bad_flags_are_refused_by_name() {
     check(&["bench", "--synthetic", "--shards", "0"], "--shards entry 0");
     check(&["bench", "--synthetic", "--kill-prob", "1.5"], "--kill-prob = 1.5");
     check(&["bench", "--synthetic", "--dim", "0"], "--dim = 0");
+    check(&["bench", "--synthetic", "--repeats", "0"], "--repeats = 0");
     check(&["bench", "--synthetic", "--rate=-3"], "--rate = -3");
     check(&["bench", "--synthetic", "--strategies", "nope"], "nope");
     check(&["bench", "--synthetic", "--epsilon=-1"], "epsilon");
@@ -191,14 +192,15 @@ fn bad_flags_are_refused_by_name() {
 
 #[test]
 fn the_binary_runs_a_benchmark_and_reads_its_report_back() {
-    // The command line end to end: `bench` starts its servers by re-executing itself, writes the JSON
-    // report, and `report` renders the same table from it.
+    // The command line end to end: `bench` starts its servers by re-executing itself, runs each strategy
+    // twice (interleaved), writes the JSON report, and `report` renders the same tables from it.
     let dir = data_dir("cli");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let json = dir.join("r.json");
     let out = Command::new(EXE)
         .args(["bench", "--synthetic", "--shards", "2", "--strategies", "hash,alis", "--windows", "3"])
         .args(["--requests-per-window", "100", "--communities", "4", "--items-per-community", "30", "--dim", "8"])
+        .args(["--repeats", "2"])
         .arg("--data-dir")
         .arg(dir.join("data"))
         .arg("--out")
@@ -208,12 +210,26 @@ fn the_binary_runs_a_benchmark_and_reads_its_report_back() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(table.contains("### S = 2") && table.contains("| hash |") && table.contains("| alis |"), "{table}");
-    assert!(!dir.join("data").join("S2-alis-seed0").exists(), "a run's logs are removed without --keep-data");
+    assert!(table.contains("### S = 2: spread over runs, and paired with hash"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("| alis | 2 |") && l.contains("/2 |")), "{table}");
+    assert!(!dir.join("data").join("S2-alis-seed0-run1").exists(), "a run's logs are removed without --keep-data");
+    // The second repeat starts with the second strategy: the JSON holds the runs in the order they ran.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let order: Vec<(String, u64)> = report["cells"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no cells"))
+        .iter()
+        .map(|c| (c["strategy"].as_str().unwrap_or("?").to_string(), c["repeat"].as_u64().unwrap_or(9)))
+        .collect();
+    let want = [("hash", 0), ("alis", 0), ("alis", 1), ("hash", 1)].map(|(s, r)| (s.to_string(), r));
+    assert_eq!(order, want);
     let again = Command::new(EXE).arg("report").arg(&json).output().unwrap_or_else(|e| panic!("{e}"));
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     let rows = |t: &str| {
         t.lines()
-            .filter(|l| l.starts_with("| hash |") || l.starts_with("| alis |"))
+            .filter(|l| l.starts_with("| hash ") || l.starts_with("| alis "))
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
