@@ -18,9 +18,10 @@ same devices). Per cell it prints:
 
 A model cannot be shown to rank plans better than the judge ranks them against itself, so the mean tau
 here is the ceiling for the "Kendall's tau" goal on that machine and protocol. With one folder, the two
-halves of one run are compared instead: every plan's first measuring round against its second (the plans of
-a task are interleaved, so both halves saw the same conditions); a half has half the repetitions, so this
-agreement is a lower bound on the run's own. Standard library only.
+halves of one run are compared instead: every plan's mean over its even-numbered measuring rounds
+against its mean over the odd-numbered ones (with 2 rounds, the first round against the second; the plans
+of a task are interleaved, so both halves saw the same conditions); a half has half the repetitions, so
+this agreement is a lower bound on the run's own. Standard library only.
 """
 
 import json
@@ -31,9 +32,10 @@ from itertools import combinations
 from pathlib import Path
 
 
-def load_cell(cell: Path, round_index=None):
-    """{task index: (reference_ms, {planner: (pieces, cost_ms)})} for one cell folder; with `round_index`,
-    each plan's cost in that measuring round instead of its overall cost."""
+def load_cell(cell: Path, half=None):
+    """{task index: (reference_ms, {planner: (pieces, cost_ms)})} for one cell folder; with `half` (0 or 1),
+    each plan's mean cost over its even-numbered (0) or odd-numbered (1) measuring rounds instead of its
+    overall cost."""
     out = {}
     for measured in sorted(cell.glob("task*.measured.json")):
         task = measured.name[len("task") : -len(".measured.json")]
@@ -43,12 +45,12 @@ def load_cell(cell: Path, round_index=None):
             name = p["planner"]
             plan_file = cell / f"task{task}_{name.replace('+', '-')}.plan.json"
             pieces = json.loads(plan_file.read_text())["pieces"] if plan_file.exists() else None
-            if round_index is None:
+            if half is None:
                 cost = p["measured"]["cost_ms"]
-            elif len(p["round_costs_ms"]) > round_index:
-                cost = p["round_costs_ms"][round_index]
+            elif len(p["round_costs_ms"]) >= 2:
+                cost = statistics.mean(p["round_costs_ms"][half::2])
             else:
-                sys.exit(f"{measured}: plan {name} has fewer than {round_index + 1} rounds")
+                sys.exit(f"{measured}: plan {name} has fewer than 2 rounds to split in halves")
             plans[name] = (pieces, cost)
         out[task] = (doc.get("reference_ms"), plans)
     return out
@@ -125,7 +127,7 @@ def main():
                 rel += [(cb[k] / cb[t]) / (ca[k] / ca[t]) for k in range(len(names)) if k != t]
             taus.append(kendall_tau(ca, cb))
             same_winner += min(range(len(ca)), key=ca.__getitem__) == min(range(len(cb)), key=cb.__getitem__)
-        what = "plans, round 2 against round 1" if halves else "identical plans measured in both runs"
+        what = "plans, odd rounds against even rounds" if halves else "identical plans measured in both runs"
         print(f"## {cell}: {tasks} tasks, {len(ratios)} {what}", end="")
         print(f" ({differing} plans differ between the runs and are left out)" if differing else "")
         if not ratios:
