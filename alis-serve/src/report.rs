@@ -11,11 +11,7 @@ use crate::bench::CellReport;
 #[must_use]
 pub fn markdown(cells: &[CellReport]) -> String {
     let mut s = String::new();
-    let mut shard_counts: Vec<usize> = cells.iter().map(|c| c.shards).collect();
-    shard_counts.dedup();
-    shard_counts.sort_unstable();
-    shard_counts.dedup();
-    for sh in shard_counts {
+    for sh in shard_counts(cells) {
         let _ = writeln!(s, "### S = {sh}\n");
         let _ = writeln!(
             s,
@@ -23,13 +19,7 @@ pub fn markdown(cells: &[CellReport]) -> String {
              migration ms (mean / max) | misses | wrong values | retries | failed | kills | lost rows | wrong at rest | stray rows |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        let mut names: Vec<&str> = Vec::new();
-        for c in cells.iter().filter(|c| c.shards == sh) {
-            if !names.contains(&c.strategy.as_str()) {
-                names.push(&c.strategy);
-            }
-        }
-        for name in names {
+        for name in strategies(cells, sh) {
             let runs: Vec<&CellReport> = cells.iter().filter(|c| c.shards == sh && c.strategy == name).collect();
             let n = runs.len() as f64;
             let mean = |f: &dyn Fn(&CellReport) -> f64| runs.iter().map(|c| f(c)).sum::<f64>() / n;
@@ -67,6 +57,25 @@ pub fn markdown(cells: &[CellReport]) -> String {
     s
 }
 
+/// The shard counts of `cells`, ascending.
+fn shard_counts(cells: &[CellReport]) -> Vec<usize> {
+    let mut counts: Vec<usize> = cells.iter().map(|c| c.shards).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+/// The strategies run with `sh` servers, in the order first seen.
+fn strategies(cells: &[CellReport], sh: usize) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for c in cells.iter().filter(|c| c.shards == sh) {
+        if !names.contains(&c.strategy.as_str()) {
+            names.push(&c.strategy);
+        }
+    }
+    names
+}
+
 /// The median of `xs` (the mean of the middle two for an even count); 0 when empty.
 fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -91,16 +100,8 @@ fn spread(runs: &[&CellReport], f: fn(&CellReport) -> f64) -> String {
 #[must_use]
 pub fn runs_markdown(cells: &[CellReport]) -> String {
     let mut s = String::new();
-    let mut shard_counts: Vec<usize> = cells.iter().map(|c| c.shards).collect();
-    shard_counts.sort_unstable();
-    shard_counts.dedup();
-    for sh in shard_counts {
-        let mut names: Vec<&str> = Vec::new();
-        for c in cells.iter().filter(|c| c.shards == sh) {
-            if !names.contains(&c.strategy.as_str()) {
-                names.push(&c.strategy);
-            }
-        }
+    for sh in shard_counts(cells) {
+        let names = strategies(cells, sh);
         let runs_of = |name: &str| -> Vec<&CellReport> {
             cells.iter().filter(|c| c.shards == sh && c.strategy == name).collect()
         };
