@@ -20,7 +20,7 @@ pub fn markdown(cells: &[CellReport]) -> String {
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for name in strategies(cells, sh) {
-            let runs: Vec<&CellReport> = cells.iter().filter(|c| c.shards == sh && c.strategy == name).collect();
+            let runs = runs_of(cells, sh, name);
             let n = runs.len() as f64;
             let mean = |f: &dyn Fn(&CellReport) -> f64| runs.iter().map(|c| f(c)).sum::<f64>() / n;
             let sum = |f: &dyn Fn(&CellReport) -> u64| runs.iter().map(|c| f(c)).sum::<u64>();
@@ -76,6 +76,11 @@ fn strategies(cells: &[CellReport], sh: usize) -> Vec<&str> {
     names
 }
 
+/// The runs of strategy `name` with `sh` servers.
+fn runs_of<'a>(cells: &'a [CellReport], sh: usize, name: &str) -> Vec<&'a CellReport> {
+    cells.iter().filter(|c| c.shards == sh && c.strategy == name).collect()
+}
+
 /// The median of `xs` (the mean of the middle two for an even count); 0 when empty.
 fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -101,15 +106,12 @@ fn spread(runs: &[&CellReport], f: fn(&CellReport) -> f64) -> String {
 pub fn runs_markdown(cells: &[CellReport]) -> String {
     let mut s = String::new();
     for sh in shard_counts(cells) {
-        let names = strategies(cells, sh);
-        let runs_of = |name: &str| -> Vec<&CellReport> {
-            cells.iter().filter(|c| c.shards == sh && c.strategy == name).collect()
-        };
-        if names.iter().all(|n| runs_of(n).len() < 2) {
+        let table: Vec<(&str, Vec<&CellReport>)> =
+            strategies(cells, sh).into_iter().map(|name| (name, runs_of(cells, sh, name))).collect();
+        if table.iter().all(|(_, runs)| runs.len() < 2) {
             continue;
         }
-        let reference = names[0];
-        let ref_runs = runs_of(reference);
+        let (reference, ref_runs) = (table[0].0, &table[0].1);
         let _ = writeln!(s, "### S = {sh}: spread over runs, and paired with {reference}\n");
         let _ = writeln!(
             s,
@@ -117,34 +119,37 @@ pub fn runs_markdown(cells: &[CellReport]) -> String {
              p50 below {reference}'s | p99 below {reference}'s | p50 ÷ {reference}'s, median | p99 ÷ {reference}'s, median |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-        for name in &names {
-            let runs = runs_of(name);
-            let pairs: Vec<(&CellReport, &CellReport)> = runs
-                .iter()
-                .filter_map(|c| ref_runs.iter().find(|r| r.seed == c.seed && r.repeat == c.repeat).map(|r| (*c, *r)))
-                .collect();
-            let (below50, below99, mut r50, mut r99) = if *name == reference {
-                ("–".to_string(), "–".to_string(), Vec::new(), Vec::new())
+        for (i, (name, runs)) in table.iter().enumerate() {
+            let paired = if i == 0 {
+                "– | – | – | –".to_string()
             } else {
+                let pairs: Vec<(&CellReport, &CellReport)> = runs
+                    .iter()
+                    .filter_map(|c| {
+                        ref_runs.iter().find(|r| r.seed == c.seed && r.repeat == c.repeat).map(|r| (*c, *r))
+                    })
+                    .collect();
                 let n = pairs.len();
-                let b50 = pairs.iter().filter(|(c, r)| c.p50_us < r.p50_us).count();
-                let b99 = pairs.iter().filter(|(c, r)| c.p99_us < r.p99_us).count();
-                let ratios = |f: fn(&CellReport) -> f64| -> Vec<f64> {
-                    pairs.iter().filter(|(_, r)| f(r) > 0.0).map(|(c, r)| f(c) / f(r)).collect()
+                let below = |f: fn(&CellReport) -> f64| pairs.iter().filter(|(c, r)| f(c) < f(r)).count();
+                let ratio = |f: fn(&CellReport) -> f64| {
+                    let mut xs: Vec<f64> = pairs.iter().filter(|(_, r)| f(r) > 0.0).map(|(c, r)| f(c) / f(r)).collect();
+                    if xs.is_empty() { "–".to_string() } else { format!("{:.2}", median(&mut xs)) }
                 };
-                (format!("{b50}/{n}"), format!("{b99}/{n}"), ratios(|c| c.p50_us), ratios(|c| c.p99_us))
+                format!(
+                    "{}/{n} | {}/{n} | {} | {}",
+                    below(|c| c.p50_us),
+                    below(|c| c.p99_us),
+                    ratio(|c| c.p50_us),
+                    ratio(|c| c.p99_us)
+                )
             };
-            let ratio_cell =
-                |xs: &mut Vec<f64>| if xs.is_empty() { "–".to_string() } else { format!("{:.2}", median(xs)) };
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {} | {below50} | {below99} | {} | {} |",
+                "| {name} | {} | {} | {} | {} | {paired} |",
                 runs.len(),
-                spread(&runs, |c| c.p50_us),
-                spread(&runs, |c| c.p99_us),
-                spread(&runs, |c| c.throughput_rps),
-                ratio_cell(&mut r50),
-                ratio_cell(&mut r99),
+                spread(runs, |c| c.p50_us),
+                spread(runs, |c| c.p99_us),
+                spread(runs, |c| c.throughput_rps),
             );
         }
         s.push('\n');
