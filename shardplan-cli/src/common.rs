@@ -50,6 +50,11 @@ pub struct CostArgs {
     /// search then keeps slack where several devices would otherwise tie at the top.
     #[arg(long)]
     pub expected_max: bool,
+    /// With a trained profile, price compute with its memory-terms model (a fitted, non-negative cost per
+    /// piece, lookup, element, distinct row and cache line; `docs/COST_MODELS.md`) instead of its
+    /// networks; comm stays the profile's.
+    #[arg(long)]
+    pub compute_terms: bool,
 }
 
 fn parse_definition(s: &str) -> Result<CostDefinition, String> {
@@ -184,9 +189,10 @@ impl CostArgs {
             risk: self.risk,
             comm_fallback: self.comm_fallback,
             expected_max: self.expected_max,
+            compute_terms: self.compute_terms,
             ..ModelChoice::new(name)
         };
-        let flags = "--cost-model and its options (--batch, --risk, --expected-max, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
+        let flags = "--cost-model and its options (--batch, --risk, --expected-max, --compute-terms, --hw, --hbm-gbps, --comm-gbps, --comm-fallback)";
         if choice.is_known() {
             return choice.build().context(flags);
         }

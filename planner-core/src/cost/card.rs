@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::terms::TermsCard;
 use crate::error::{Error, Result};
 use crate::features::{FeatureSchema, Normalisation};
 
@@ -153,6 +154,10 @@ pub struct ModelCard {
     pub compute: ComputeCard,
     /// Comm models, one per device count.
     pub comm: Vec<CommCard>,
+    /// The memory-terms compute model fitted on the same measured sets ([`crate::cost::terms`]); absent
+    /// in cards written before it or without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_terms: Option<TermsCard>,
 }
 
 impl ModelCard {
@@ -203,6 +208,9 @@ impl ModelCard {
             if c.ensemble.is_empty() {
                 return mismatch("compute interval", "an ensemble of at least two members".into(), "one member".into());
             }
+        }
+        if let Some(t) = &self.compute_terms {
+            t.coefficients(&self.name)?;
         }
         for comm in &self.comm {
             let d = comm.devices;

@@ -4,7 +4,7 @@
 //! directories) is finished with [`ModelChoice::finish`] under the same rules.
 
 use super::analytical::DEFAULT_GLOBAL_BATCH;
-use super::{AnalyticalModel, CostModel, HardwareProfile, NeuralModel, profiles};
+use super::{AnalyticalModel, CostModel, HardwareProfile, NeuralModel, TermsModel, profiles};
 use crate::error::{Error, Result};
 
 /// Names this build knows: `analytical`, then the embedded profiles.
@@ -43,6 +43,9 @@ pub struct ModelChoice {
     /// Price a plan at the expected time of its slowest device under the profile's own error
     /// ([`crate::cost::expected_max_ms`]); needs a profile whose card records its validation error.
     pub expected_max: bool,
+    /// Price compute with the profile's memory-terms model ([`crate::cost::terms`]) instead of its
+    /// networks (comm stays the profile's); needs a card with `compute_terms`.
+    pub compute_terms: bool,
 }
 
 impl ModelChoice {
@@ -58,6 +61,7 @@ impl ModelChoice {
             risk: 0.0,
             comm_fallback: false,
             expected_max: false,
+            compute_terms: false,
         }
     }
 
@@ -89,6 +93,14 @@ impl ModelChoice {
                     "expected_max",
                     true,
                     "false: the analytical model has no measured error to take a spread from",
+                ));
+            }
+            if self.compute_terms {
+                return Err(Error::field(
+                    "cost model `analytical`",
+                    "compute_terms",
+                    true,
+                    "false: only a measured profile has a fitted memory-terms model",
                 ));
             }
             return Ok(Box::new(self.analytical("torchrec", self.global_batch.unwrap_or(DEFAULT_GLOBAL_BATCH))?));
@@ -130,13 +142,21 @@ impl ModelChoice {
                 ),
             ));
         }
-        let model = model.with_risk(self.risk)?.with_expected_max(self.expected_max)?;
+        if self.compute_terms && self.risk != 0.0 {
+            return Err(Error::field(
+                ctx(),
+                "risk",
+                self.risk,
+                "0: the memory-terms model is one fit, no ensemble to take a spread from",
+            ));
+        }
+        let model = model.with_risk(self.risk)?.with_expected_max(self.expected_max && !self.compute_terms)?;
         let fallback = self.comm_fallback || model.comm_device_counts().is_empty();
-        Ok(Box::new(if fallback {
-            model.with_comm_fallback(self.analytical(comm_preset, measured_at)?)
-        } else {
-            model
-        }))
+        let model = if fallback { model.with_comm_fallback(self.analytical(comm_preset, measured_at)?) } else { model };
+        if self.compute_terms {
+            return Ok(Box::new(TermsModel::new(model, self.expected_max)?));
+        }
+        Ok(Box::new(model))
     }
 
     /// The analytical model on [`ModelChoice::hw`] (or `preset`) with the bandwidth overrides.
@@ -213,5 +233,32 @@ mod tests {
         let e = err(ModelChoice::new("oracle"));
         assert!(e.contains("oracle") && e.contains("analytical"), "{e}");
         assert!(!ModelChoice::new("oracle").is_known());
+    }
+
+    #[test]
+    fn the_memory_terms_model_is_chosen_where_a_card_has_one() {
+        let err = |c: ModelChoice| c.build().err().map(|e| e.to_string()).unwrap_or_default();
+        let terms = ModelChoice { compute_terms: true, ..ModelChoice::new("cpu-epyc-2t") }.build().unwrap();
+        assert_eq!(terms.name(), "terms:cpu-epyc-2t");
+        assert!(terms.compute_is_additive());
+        assert_eq!(terms.global_batch(), Some(4096));
+        assert!(terms.reference_speed().is_some());
+        // Comm is the profile's own, whichever model prices compute.
+        let plain = ModelChoice::new("cpu-epyc-2t").build().unwrap();
+        let dims = [96.0, 64.0, 160.0, 32.0];
+        assert_eq!(terms.bw_comm_ms(&dims).unwrap(), plain.bw_comm_ms(&dims).unwrap());
+        // Its own validation error sets the expected maximum's spread, not the networks'.
+        let emax = ModelChoice { compute_terms: true, expected_max: true, ..ModelChoice::new("cpu-epyc-2t") };
+        let emax = emax.build().unwrap();
+        assert_eq!(emax.name(), "terms:cpu-epyc-2t+expected-max");
+        let plain_emax = ModelChoice { expected_max: true, ..ModelChoice::new("cpu-epyc-2t") }.build().unwrap();
+        assert_ne!(emax.plan_error_sd(), plain_emax.plan_error_sd());
+        // Refused by name: a card without one, the analytical model, and a risk (one fit, no ensemble).
+        let e = err(ModelChoice { compute_terms: true, ..ModelChoice::new("h100") });
+        assert!(e.contains("`compute_terms` = true") && e.contains("fit-terms"), "{e}");
+        let e = err(ModelChoice { compute_terms: true, ..ModelChoice::new("analytical") });
+        assert!(e.contains("`compute_terms` = true"), "{e}");
+        let e = err(ModelChoice { compute_terms: true, risk: 1.0, ..ModelChoice::new("cpu-epyc-2t") });
+        assert!(e.contains("`risk` = 1") && e.contains("no ensemble"), "{e}");
     }
 }

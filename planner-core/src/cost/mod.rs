@@ -14,6 +14,7 @@ pub mod native;
 pub mod neural;
 pub mod onnx;
 pub mod profiles;
+pub mod terms;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,7 @@ pub use card::ModelCard;
 pub use choice::{ModelChoice, model_names};
 pub use incremental::IncrementalCompute;
 pub use neural::{NeuralModel, members_mean_sd};
+pub use terms::TermsModel;
 
 /// One piece of a table as a cost model sees it: the table's statistics, the piece's dim and its rows.
 ///
