@@ -21,6 +21,7 @@ pub mod export;
 pub mod models;
 pub mod net;
 pub mod rl;
+pub mod terms;
 pub mod train;
 
 use std::collections::BTreeMap;
@@ -459,6 +460,11 @@ fn finish_profile(
             dataset,
         },
         comm: comm_cards,
+        // The memory-terms model, where the collector recorded the machine's last-level cache (the CPU
+        // backend does); a GPU profile gets one from `shardplan-train fit-terms --llc-mib`.
+        compute_terms: terms::llc_from_hardware(&data.hardware)
+            .map(|llc| terms::fit_terms(data, opts.train.seed, llc))
+            .transpose()?,
     };
     let card_json = serde_json::to_string_pretty(&card)?;
     files.push(("card.json".into(), card_json.clone().into_bytes()));
