@@ -10,7 +10,8 @@ BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with
 with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for the bench's own
 prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
 scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans, and
-measured over predicted plan cost by planner (geometric mean). Nothing is measured. Standard library and
+measured over predicted plan cost by planner (geometric mean); and per cell, every measured device's
+compute over its predicted compute (geometric mean and log standard deviation). Nothing is measured. Standard library and
 `judge_repeatability.py` (beside it) only.
 """
 
@@ -61,11 +62,13 @@ def main():
     print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced |")
     print("|---|---|---|---|---|---|")
     by_planner_rows = []
+    device_rows = []
     for cell in cells:
         ape = {"bench": [], "new": []}
         bias = {"bench": [], "new": []}
         taus = {"bench": [], "new": []}
         ratio = {}
+        device_logs = {"bench": [], "new": []}
         tasks = 0
         for measured in sorted(cell.glob("task*.measured.json")):
             doc = json.loads(measured.read_text())
@@ -87,6 +90,11 @@ def main():
                     ape[kind].append(abs(a - m) / m)
                     bias[kind].append((a - m) / m)
                 taus[kind].append(kendall_tau(pred, meas))
+            for p, q in zip(plans, priced):
+                for kind, devices in (("bench", p["predicted"]["devices"]), ("new", q["report"]["devices"])):
+                    for a, b in zip(devices, p["measured"]["devices"]):
+                        if a["compute_ms"] >= 0.5 and b["compute_ms"] > 0:
+                            device_logs[kind].append(math.log(b["compute_ms"] * scale / a["compute_ms"]))
             for p, q, m in zip(plans, priced, meas):
                 r = ratio.setdefault(p["planner"], {"bench": [], "new": []})
                 r["bench"].append(m / p["predicted"]["cost_ms"])
@@ -95,11 +103,24 @@ def main():
         f = lambda k: f"{100 * statistics.mean(ape[k]):.1f}% ({100 * statistics.mean(bias[k]):+.1f}%)"
         print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} |")
         by_planner_rows.append((cell.name, ratio))
+        device_rows.append((cell.name, device_logs))
     print()
     print("measured over predicted plan cost at the reference speed, geometric mean (bench → re-priced):")
     gm = lambda v: math.exp(statistics.mean(math.log(x) for x in v))
     for name, ratio in by_planner_rows:
         print(f"- {name}: " + ", ".join(f"{pl} {gm(r['bench']):.2f} → {gm(r['new']):.2f}" for pl, r in ratio.items()))
+    print()
+    print("device compute, measured over predicted at the reference speed (devices predicted >= 0.5 ms):")
+    print("| cell | devices | geometric mean, bench | re-priced | log s.d., bench | re-priced |")
+    print("|---|---|---|---|---|---|")
+    for name, logs in device_rows:
+        b, n = logs["bench"], logs["new"]
+        if len(b) < 2 or len(n) < 2:
+            continue
+        print(
+            f"| {name} | {len(b)} / {len(n)} | {math.exp(statistics.mean(b)):.3f} | {math.exp(statistics.mean(n)):.3f} "
+            f"| {statistics.stdev(b):.3f} | {statistics.stdev(n):.3f} |"
+        )
 
 
 if __name__ == "__main__":
