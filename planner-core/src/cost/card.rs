@@ -37,6 +37,15 @@ pub struct SplitMetrics {
     pub mape_pct: f64,
 }
 
+/// The relative standard deviation of a model's error on held-out sets from the metric `key` in
+/// `metrics`: its MAPE × `√(π/2)` (the mean absolute value of a normal error is `√(2/π)` of its standard
+/// deviation). `None` without a positive MAPE there.
+#[must_use]
+pub fn error_sd_from(metrics: &BTreeMap<String, SplitMetrics>, key: &str) -> Option<f64> {
+    let mape = metrics.get(key)?.mape_pct;
+    (mape.is_finite() && mape > 0.0).then(|| mape / 100.0 * (std::f64::consts::PI / 2.0).sqrt())
+}
+
 /// The dataset a model was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetInfo {

@@ -344,8 +344,7 @@ impl NeuralModel {
     /// measured plan carries too. `None` when the card records no positive validation MAPE.
     #[must_use]
     pub fn error_sd(&self) -> Option<f64> {
-        let mape = self.card.compute.metrics.get("neural/random/val")?.mape_pct;
-        (mape.is_finite() && mape > 0.0).then(|| mape / 100.0 * (std::f64::consts::PI / 2.0).sqrt())
+        super::card::error_sd_from(&self.card.compute.metrics, "neural/random/val")
     }
 
     /// Uses `fallback` for device counts the profile has no comm models for (the name says so).

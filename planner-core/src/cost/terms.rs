@@ -145,12 +145,11 @@ impl TermsCard {
         Ok(out)
     }
 
-    /// The relative standard deviation of the model's error on held-out sets: its validation MAPE ×
-    /// `√(π/2)`, as for the learned model (`None` without a positive validation MAPE).
+    /// The relative standard deviation of the model's error on held-out sets, from its validation MAPE
+    /// as for the learned model ([`super::card::error_sd_from`]).
     #[must_use]
     pub fn error_sd(&self) -> Option<f64> {
-        let mape = self.metrics.get("terms/random/val")?.mape_pct;
-        (mape.is_finite() && mape > 0.0).then(|| mape / 100.0 * (std::f64::consts::PI / 2.0).sqrt())
+        super::card::error_sd_from(&self.metrics, "terms/random/val")
     }
 }
 
