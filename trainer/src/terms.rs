@@ -199,8 +199,19 @@ pub fn fit_terms(data: &Loaded, seed: u64, llc_bytes: u64) -> Result<TermsCard> 
 /// the profile's card (`compute_terms`), leaving everything else in the card as it was.
 pub fn fit_into_profile(profile: &Path, datasets: &[PathBuf], llc_mib: Option<f64>) -> Result<TermsCard> {
     let card_path = profile.join("card.json");
-    let text = data::read_text(&card_path)?;
+    let text = std::fs::read_to_string(&card_path)
+        .with_context(|| format!("reading the profile's card {}", card_path.display()))?;
     let mut card = ModelCard::from_json(&text).with_context(|| format!("reading {}", card_path.display()))?;
+    // The cache size is settled before any dataset is read.
+    let llc = match llc_mib {
+        Some(m) if m.is_finite() && m > 0.0 && m <= 1e6 => (m * 1024.0 * 1024.0).round() as u64,
+        Some(m) => bail!("`--llc-mib` = {m} is invalid: a size in (0, 1e6] MiB"),
+        None => llc_from_hardware(&card.hardware).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the profile's hardware note records no last-level cache size: give it with `--llc-mib` (an H100's L2 is 50 MiB)"
+            )
+        })?,
+    };
     let mut loaded = data::load(datasets, &card.compute.normalisation)?;
     if loaded.hardware.get("fingerprint") != card.hardware.get("fingerprint") {
         bail!(
@@ -219,15 +230,6 @@ pub fn fit_into_profile(profile: &Path, datasets: &[PathBuf], llc_mib: Option<f6
     if let Some(r) = card.compute.reference_ms {
         loaded.normalise_speed(r)?;
     }
-    let llc = match llc_mib {
-        Some(m) if m.is_finite() && m > 0.0 && m <= 1e6 => (m * 1024.0 * 1024.0).round() as u64,
-        Some(m) => bail!("`--llc-mib` = {m} is invalid: a size in (0, 1e6] MiB"),
-        None => llc_from_hardware(&card.hardware).ok_or_else(|| {
-            anyhow::anyhow!(
-                "the profile's hardware note records no last-level cache size: give it with `--llc-mib` (an H100's L2 is 50 MiB)"
-            )
-        })?,
-    };
     if loaded.sha256 != card.compute.dataset.sha256 {
         eprintln!(
             "note: these datasets (sha256 {}) are not the ones the profile's networks were trained on ({})",

@@ -354,6 +354,13 @@ impl NeuralModel {
         self
     }
 
+    /// Whether comm is priced by the analytical fallback for device counts the profile has no comm
+    /// models for ([`NeuralModel::with_comm_fallback`]).
+    #[must_use]
+    pub fn has_comm_fallback(&self) -> bool {
+        self.comm_fallback.is_some()
+    }
+
     /// Turns the set-cost cache on or off (results are identical; only speed differs).
     #[must_use]
     pub fn with_set_cache(mut self, on: bool) -> Self {
@@ -632,10 +639,8 @@ impl CostModel for NeuralModel {
         if self.plan_sd.is_some() {
             risk.push_str("+expected-max");
         }
-        match &self.comm_fallback {
-            Some(_) => format!("neural:{}{risk}+analytical-comm", self.card.name),
-            None => format!("neural:{}{risk}", self.card.name),
-        }
+        let comm = if self.has_comm_fallback() { "+analytical-comm" } else { "" };
+        format!("neural:{}{risk}{comm}", self.card.name)
     }
 
     fn compute_ms(&self, set: &[PieceRef<'_>]) -> Result<f64> {

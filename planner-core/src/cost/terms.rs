@@ -226,8 +226,7 @@ impl TermsModel {
 
 impl CostModel for TermsModel {
     fn name(&self) -> String {
-        let base = self.base.name();
-        let comm = if base.ends_with("+analytical-comm") { "+analytical-comm" } else { "" };
+        let comm = if self.base.has_comm_fallback() { "+analytical-comm" } else { "" };
         let emax = if self.plan_sd.is_some() { "+expected-max" } else { "" };
         format!("terms:{}{emax}{comm}", self.base.card().name)
     }
