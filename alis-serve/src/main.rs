@@ -146,6 +146,10 @@ struct BenchArgs {
     /// Previous shard sets that vote in the aggregate step.
     #[arg(long, default_value_t = 4)]
     history_sets: usize,
+    /// Previous windows whose requests ALIS's light incremental step partitions with the newest part of the
+    /// window (0: the newest part alone, as the paper).
+    #[arg(long, default_value_t = 1)]
+    history_windows: usize,
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = 4)]
     top_k: usize,
@@ -347,6 +351,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         decay: a.decay,
         beta: a.beta,
         history_sets: a.history_sets,
+        history_windows: a.history_windows,
         top_k: a.top_k,
         evict_cold: !a.keep_cold,
         partitioner: a.partitioner.parse().context("checking --partitioner")?,

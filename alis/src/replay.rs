@@ -205,6 +205,45 @@ mod tests {
     }
 
     #[test]
+    fn the_light_step_reads_the_previous_window() {
+        // 20 rows on 2 shards (ε = 0.5: cap 15, so the groups cannot share a shard), windows of 18 requests,
+        // D_new = the newest 9. Window 1 pairs row i with row i + 10, so the first placement splits group A
+        // (rows 0..10) and group B (rows 10..20) over both shards. Windows 2 to 6 each request A as a chain of
+        // pairs, then B likewise. Alone, D_new (B's chain) never touches A, which stays split. With the
+        // previous window in the light step, both chains are partitioned and, once W's evidence has turned
+        // (older placements decay), each group gathers.
+        let req = |id: u64, row_ids: Vec<u64>| RawRequest { request_id: id, time: id as f64, row_ids, table_ids: None };
+        let mut raw: Vec<RawRequest> = (0..18u64).map(|i| req(i, vec![i % 10, i % 10 + 10])).collect();
+        for base in [0u64, 10].repeat(5) {
+            for i in 0..9 {
+                let id = raw.len() as u64;
+                raw.push(req(id, vec![base + i, base + i + 1]));
+            }
+        }
+        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
+        let groups_apart = |history_windows: usize| {
+            let c = StrategyConfig { shards: 2, epsilon: 0.5, history_windows, ..StrategyConfig::default() };
+            let mut strategy = make_strategy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
+            for w in s.windows(18).unwrap_or_else(|e| panic!("{e}")) {
+                strategy.update(&s, w).unwrap();
+                let pl = strategy.placement();
+                assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
+            }
+            let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
+            let shards_of = |ids: std::ops::Range<u64>| {
+                let mut v: Vec<u16> = ids.map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let (a, b) = (shards_of(0..10), shards_of(10..20));
+            a.len() == 1 && b.len() == 1
+        };
+        assert!(groups_apart(1), "with the previous window each group gathers on its own shard");
+        assert!(!groups_apart(0), "D_new alone never touches A, which stays split");
+    }
+
+    #[test]
     fn alis_starts_from_the_partition_direct_deploys() {
         // Nothing is placed before the first update: ALIS (and alis-base) deploy the fresh partition of the
         // whole first window, exactly as `direct` does, instead of refining half of it from the hash placement.
@@ -284,6 +323,9 @@ mod tests {
         let c = StrategyConfig { incr_ratio: 0.0, ..cfg(4, 0) };
         let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("incr_ratio") && e.contains("(0, 1]"), "{e}");
+        let c = StrategyConfig { history_windows: 65, ..cfg(4, 0) };
+        let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("history_windows") && e.contains("65") && e.contains("0..=64"), "{e}");
         let c = StrategyConfig { shards: 0, ..cfg(4, 0) };
         assert!(replay(&s, "hash", &c, &rc, &mut || 0.0).is_err());
         let rc0 = ReplayConfig { window_requests: 0, ..rc };

@@ -59,6 +59,10 @@ pub struct DynamicArgs {
     /// Previous shard sets that vote in the aggregate step.
     #[arg(long, default_value_t = 4)]
     pub history_sets: usize,
+    /// Previous windows whose requests ALIS's light incremental step partitions with the newest part of the
+    /// window (0: the newest part alone, as the paper).
+    #[arg(long, default_value_t = 1)]
+    pub history_windows: usize,
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = 4)]
     pub top_k: usize,
@@ -185,6 +189,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         decay: args.decay,
         beta: args.beta,
         history_sets: args.history_sets,
+        history_windows: args.history_windows,
         top_k: args.top_k,
         evict_cold: !args.keep_cold,
         partitioner: args.partitioner.parse().context("checking --partitioner")?,

@@ -33,6 +33,8 @@ pub(super) struct AlisStrategy {
     undo: VecDeque<(usize, Vec<(u32, u16)>)>,
     /// Which rows the latest window touched, and when each row was last touched.
     index: WindowIndex,
+    /// The previous windows (request ranges), newest first, at most `history_windows`.
+    past: VecDeque<Range<usize>>,
 }
 
 /// The voting shard sets on the `D_new` rows, one column per set, youngest first: set `i` votes
@@ -126,22 +128,24 @@ impl WindowIndex {
 }
 
 impl LocalWindow {
-    /// Reads the window and stamps its rows in `index` (which must cover every row the window touches).
-    fn new(stream: &Stream, window: &Range<usize>, d_new: &Range<usize>, index: &mut WindowIndex) -> Self {
-        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
+    /// Reads the requests `d_new` (ranges of request indices) and the held-out requests `holdout`, and stamps
+    /// their rows in `index` (which must cover every row they touch).
+    fn new(stream: &Stream, d_new: &[Range<usize>], holdout: Range<usize>, index: &mut WindowIndex) -> Self {
         let pins = |r: &Range<usize>| r.clone().map(|i| stream.request(i).len()).sum::<usize>();
-        let (new_pins, holdout_pins) = (pins(d_new), pins(&holdout));
+        let new_pins: usize = d_new.iter().map(pins).sum();
+        let new_requests: usize = d_new.iter().map(Range::len).sum();
+        let holdout_pins = pins(&holdout);
         let mut lw = LocalWindow {
             rows: Vec::with_capacity(new_pins + holdout_pins),
             n_new_rows: 0,
-            new_offsets: Vec::with_capacity(d_new.len() + 1),
+            new_offsets: Vec::with_capacity(new_requests + 1),
             new_pins: Vec::with_capacity(new_pins),
             holdout_offsets: Vec::with_capacity(holdout.len() + 1),
             holdout_pins: Vec::with_capacity(holdout_pins),
         };
         lw.new_offsets.push(0);
         lw.holdout_offsets.push(0);
-        for i in d_new.clone() {
+        for i in d_new.iter().flat_map(Clone::clone) {
             for &r in stream.request(i) {
                 let l = index.intern(r, &mut lw.rows);
                 lw.new_pins.push(l);
@@ -192,6 +196,7 @@ impl AlisStrategy {
             interim: Vec::new(),
             undo: VecDeque::new(),
             index: WindowIndex::default(),
+            past: VecDeque::new(),
         })
     }
 
@@ -206,7 +211,8 @@ impl AlisStrategy {
         self.weights.ensure_rows(rows);
         self.index.next_update(rows);
         // Stamps the window's rows as touched by this update (the recency cold rows are evicted by).
-        LocalWindow::new(stream, &window, &window, &mut self.index);
+        LocalWindow::new(stream, std::slice::from_ref(&window), window.clone(), &mut self.index);
+        self.remember(window.clone());
         let (hg, params) = scope_partition_input(stream, Scope::Latest, window, &self.cfg)?;
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
@@ -221,6 +227,14 @@ impl AlisStrategy {
             self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
         }
         Ok(())
+    }
+
+    /// Keeps `window` as the newest of the previous windows the light step reads (at most `history_windows`).
+    fn remember(&mut self, window: Range<usize>) {
+        if self.cfg.history_windows > 0 {
+            self.past.push_front(window);
+            self.past.truncate(self.cfg.history_windows);
+        }
     }
 
     /// Argmax of W for `row` (ties to the lower shard), if the row has weight.
@@ -339,7 +353,13 @@ impl Strategy for AlisStrategy {
         let n_new = ((window.len() as f64 * self.cfg.incr_ratio).ceil() as usize).clamp(1, window.len().max(1));
         let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
         self.index.next_update(rows);
-        let lw = LocalWindow::new(stream, &window, &d_new, &mut self.index);
+        // The held-out part of the window scores the voting sets; with `incr_ratio` 1 it is the whole window.
+        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
+        // The light step partitions `D_new` and, with `history_windows`, the previous windows' requests.
+        let mut parts: Vec<Range<usize>> = vec![d_new];
+        parts.extend(self.past.iter().cloned());
+        self.remember(window.clone());
+        let lw = LocalWindow::new(stream, &parts, holdout, &mut self.index);
         let n_local = lw.n_new_rows;
         // Warm start from the deployed placement; rows first seen in this update start unassigned.
         let init: Vec<u16> = lw.rows[..n_local]

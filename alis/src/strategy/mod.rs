@@ -45,6 +45,10 @@ pub struct StrategyConfig {
     pub beta: f64,
     /// Number of previous shard sets that vote (0 disables the aggregate step).
     pub history_sets: usize,
+    /// Previous windows whose requests the light incremental step partitions together with `D_new`
+    /// (0: `D_new` alone, as the paper; reports written before this setting existed read as 0).
+    #[serde(default)]
+    pub history_windows: usize,
     /// Slots per row of the sparse weight matrix.
     pub top_k: usize,
     /// Light incremental sharding lets the window's rows take the room of cold rows (rows the window does not
@@ -71,6 +75,7 @@ impl Default for StrategyConfig {
             decay: 0.7,
             beta: 0.8,
             history_sets: 4,
+            history_windows: 1,
             top_k: 4,
             evict_cold: true,
             partitioner: Partitioner::Multilevel,
@@ -115,6 +120,9 @@ impl StrategyConfig {
         }
         if self.history_sets > 64 {
             return bad("history_sets", self.history_sets.to_string(), "0..=64");
+        }
+        if self.history_windows > 64 {
+            return bad("history_windows", self.history_windows.to_string(), "0..=64");
         }
         if !(1..=64).contains(&self.top_k) {
             return bad("top_k", self.top_k.to_string(), "1..=64");
