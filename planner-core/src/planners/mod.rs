@@ -350,7 +350,28 @@ pub const REGISTRY: &[PlannerEntry] = &[
         is_seed_baseline: false,
         make: || Box::new(torchrec::TorchRecPlanner::default()),
     },
+    PlannerEntry {
+        name: "neuroshard+torchrec",
+        summary: "neuroshard, then torchrec+refine; the cheaper plan within memory under the cost model",
+        is_seed_baseline: false,
+        make: || {
+            Box::new(portfolio::Portfolio::new(
+                "neuroshard+torchrec",
+                vec![Box::new(neuroshard::NeuroShard::default()), Box::new(torchrec_refined())],
+            ))
+        },
+    },
+    PlannerEntry {
+        name: "torchrec+refine",
+        summary: "the TorchRec port's plan, then local search (move, swap, merge, split, row-wise) under the cost model",
+        is_seed_baseline: false,
+        make: || Box::new(torchrec_refined()),
+    },
 ];
+
+fn torchrec_refined() -> refine::Refined {
+    refine::Refined::new("torchrec+refine", Box::new(torchrec::TorchRecPlanner::default()))
+}
 
 fn size_lookup_refined() -> refine::Refined {
     refine::Refined::new("size-lookup+refine", Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)))

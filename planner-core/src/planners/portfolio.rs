@@ -35,6 +35,7 @@ impl Planner for Portfolio {
         let start_ms = ctx.budget.map(|b| (b.clock_ms)());
         let mut best: Option<(f64, Plan, Option<SearchStats>)> = None;
         let mut refusal: Option<Error> = None;
+        let mut refusal_stopped = false;
         for member in &self.members {
             let budget = ctx.budget.zip(start_ms).map(|(b, start)| Budget {
                 clock_ms: b.clock_ms,
@@ -52,8 +53,16 @@ impl Planner for Portfolio {
                     }
                 }
                 // The last refusal is kept: the later planners search further (a split can make a table
-                // fit), so theirs says more (for instance, that the budget stopped it).
-                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => refusal = Some(e),
+                // fit), so theirs says more (for instance, that the budget stopped it). A refusal from a
+                // planner the budget stopped is kept over a later one that ran to its end: more time is
+                // what would help, and the later planner may only have kept more memory back (TorchRec's).
+                Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => {
+                    let stopped = member.last_stats().is_some_and(|s| s.stopped_early);
+                    if stopped || !refusal_stopped {
+                        refusal = Some(e);
+                        refusal_stopped = stopped;
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -87,9 +87,11 @@ proptest! {
                 Ok(plan) => check_plan(&st.task, &plan, &model, entry.name == "random"),
                 Err(Error::NoFit { need_bytes, best_free_bytes, .. }) => prop_assert!(need_bytes > best_free_bytes),
                 // TorchRec's planner keeps 15% and its input buffers back, so it may find no plan where
-                // the greedy baselines still fit; it must say so rather than return an overfull plan.
+                // the greedy baselines still fit; it must say so rather than return an overfull plan (and
+                // `torchrec+refine` then has no plan to refine; `neuroshard+torchrec` says so when neither
+                // of its planners found one).
                 Err(Error::NoPlan { planner, reason }) => {
-                    prop_assert!(planner == "torchrec" && entry.name == "torchrec", "{planner}: {reason}");
+                    prop_assert!(planner == "torchrec" && entry.name.contains("torchrec"), "{planner}: {reason}");
                 }
                 Err(e) => prop_assert!(false, "{} failed: {e}", entry.name),
             }

@@ -508,3 +508,30 @@ fn refinement_repairs_a_plan_no_column_split_can_fit() {
     let e = planner_core::planners::planner("neuroshard+refine").unwrap().build().plan(&hopeless, &ctx).unwrap_err();
     assert!(matches!(e, Error::NoFit { .. }), "{e}");
 }
+
+/// `torchrec+refine` starts from the TorchRec port's plan and keeps only what the cost model prices lower:
+/// never dearer than that plan, always within memory, and on some task it changes it. `neuroshard+torchrec`
+/// returns the cheaper of `neuroshard`'s and `torchrec+refine`'s plans.
+#[test]
+fn torchrec_refine_improves_on_torchrecs_plan_under_the_model() {
+    let model = profiles::load("cpu-epyc-2t").unwrap();
+    let mut changed = false;
+    let mut tried = 0;
+    for (k, task) in tasks().into_iter().enumerate() {
+        let ctx = PlanContext::new(&model, k as u64);
+        let by_name = |name: &str| planner_core::planners::planner(name).unwrap().build();
+        let Ok(start) = by_name("torchrec").plan(&task, &ctx) else { continue };
+        tried += 1;
+        let refined = by_name("torchrec+refine").plan(&task, &ctx).unwrap();
+        check_plan(&task, &refined, &model, false);
+        let (a, b) = (cost(&task, &start, &model), cost(&task, &refined, &model));
+        assert!(b <= a * (1.0 + 1e-9), "task {k}: refined {b} ms > TorchRec's {a} ms");
+        changed |= b < a * (1.0 - 1e-6);
+        let ns = cost(&task, &by_name("neuroshard").plan(&task, &ctx).unwrap(), &model);
+        let both = by_name("neuroshard+torchrec").plan(&task, &ctx).unwrap();
+        check_plan(&task, &both, &model, false);
+        assert_eq!(cost(&task, &both, &model), ns.min(b), "task {k}");
+    }
+    assert!(tried >= 2, "TorchRec's port planned {tried} tasks");
+    assert!(changed, "refinement changed no TorchRec plan");
+}

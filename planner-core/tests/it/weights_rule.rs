@@ -106,6 +106,8 @@ fn reproduces_the_plans_and_bytes_made_before_memory_rules() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let recorded: Vec<Case> = serde_json::from_str(&text).unwrap();
     assert!(recorded.len() >= 30, "{} cases recorded", recorded.len());
+    // Planners registered after the fixture was recorded (`torchrec+refine`) are not part of it.
+    let ours: Vec<Case> = ours.into_iter().filter(|c| recorded.iter().any(|r| r.planner == c.planner)).collect();
     assert!(recorded.iter().any(|c| c.pieces.iter().any(|p| p.5 > 0)), "no row-wise piece recorded");
     assert!(recorded.iter().any(|c| !c.feasible), "no overfull (random) plan recorded");
     assert_eq!(ours.len(), recorded.len(), "planners that found a plan");
