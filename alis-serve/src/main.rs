@@ -123,35 +123,35 @@ struct BenchArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Balance slack ε of the per-shard row cap ⌈(1+ε)·rows/S⌉.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = StrategyConfig::default().epsilon)]
     epsilon: f64,
     /// Refinement sweeps of the iterative partitioner.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = StrategyConfig::default().max_iters)]
     max_iters: usize,
     /// p of the probabilistic-fanout objective, in (0, 1].
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = StrategyConfig::default().p_fanout)]
     p_fanout: f64,
     /// Full re-partition period in windows.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = StrategyConfig::default().full_every)]
     full_every: usize,
     /// ALIS incremental data ratio, in (0, 1].
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = StrategyConfig::default().incr_ratio)]
     incr_ratio: f64,
     /// Per-window age decay of accumulated weights and votes, in (0, 1].
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = StrategyConfig::default().decay)]
     decay: f64,
     /// ALIS aggregate history weight β, in [0, 1].
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = StrategyConfig::default().beta)]
     beta: f64,
     /// Previous shard sets that vote in the aggregate step.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = StrategyConfig::default().history_sets)]
     history_sets: usize,
     /// Previous windows whose requests ALIS's light incremental step partitions with the newest part of the
     /// window (0: the newest part alone, as the paper).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = StrategyConfig::default().history_windows)]
     history_windows: usize,
     /// Slots per row of the sparse weight matrix.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = StrategyConfig::default().top_k)]
     top_k: usize,
     /// ALIS: keep rows the window does not touch where they are.
     #[arg(long)]

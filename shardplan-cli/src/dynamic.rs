@@ -36,35 +36,35 @@ pub struct DynamicArgs {
     #[arg(long)]
     pub window_requests: Option<usize>,
     /// Balance slack ε of the per-shard row cap ⌈(1+ε)·rows/S⌉.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = StrategyConfig::default().epsilon)]
     pub epsilon: f64,
     /// Refinement sweeps of the iterative partitioner.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = StrategyConfig::default().max_iters)]
     pub max_iters: usize,
     /// p of the probabilistic-fanout objective, in (0, 1].
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = StrategyConfig::default().p_fanout)]
     pub p_fanout: f64,
     /// Full re-partition period in windows.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = StrategyConfig::default().full_every)]
     pub full_every: usize,
     /// ALIS incremental data ratio (the paper's α of light incremental sharding), in (0, 1].
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = StrategyConfig::default().incr_ratio)]
     pub incr_ratio: f64,
     /// Per-window age decay of accumulated weights and votes (the paper's α(I)), in (0, 1].
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = StrategyConfig::default().decay)]
     pub decay: f64,
     /// ALIS aggregate history weight β, in [0, 1].
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = StrategyConfig::default().beta)]
     pub beta: f64,
     /// Previous shard sets that vote in the aggregate step.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = StrategyConfig::default().history_sets)]
     pub history_sets: usize,
     /// Previous windows whose requests ALIS's light incremental step partitions with the newest part of the
     /// window (0: the newest part alone, as the paper).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = StrategyConfig::default().history_windows)]
     pub history_windows: usize,
     /// Slots per row of the sparse weight matrix.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = StrategyConfig::default().top_k)]
     pub top_k: usize,
     /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel` or `flat`
     /// (the earlier one-level local search).
