@@ -259,6 +259,12 @@ impl PlannerEntry {
 /// The planner `shardplan plan` and the page use when none is named.
 pub const DEFAULT_PLANNER: &str = "auto";
 
+/// The largest task, in tables × devices, on which `auto` also runs `torchrec+refine`. The TorchRec port's
+/// search partitions every proposal over every rank: 0.1 s at 200 tables × 16 devices, 0.65 s at 300 × 32
+/// (within `auto`'s own time), 2.7 s at 500 × 64 (as long as the rest of `auto`) and 3 minutes at 2,000 ×
+/// 256, on the 2-vCPU EPYC host (docs/NEUROSHARD.md, "Planning time at scale").
+pub const AUTO_TORCHREC_LIMIT: usize = 10_000;
+
 /// Every planner, in report order.
 pub const REGISTRY: &[PlannerEntry] = &[
     PlannerEntry {
@@ -317,13 +323,16 @@ pub const REGISTRY: &[PlannerEntry] = &[
     },
     PlannerEntry {
         name: DEFAULT_PLANNER,
-        summary: "the default: size-lookup+refine, then neuroshard-fast+refine; the cheaper plan within memory",
+        summary: "the default: size-lookup+refine, then neuroshard-fast+refine, then (up to 10,000 tables x devices) torchrec+refine; the cheapest plan within memory",
         is_seed_baseline: false,
         make: || {
-            Box::new(portfolio::Portfolio::new(
-                DEFAULT_PLANNER,
-                vec![Box::new(size_lookup_refined()), Box::new(neuroshard_fast_refined())],
-            ))
+            Box::new(
+                portfolio::Portfolio::new(
+                    DEFAULT_PLANNER,
+                    vec![Box::new(size_lookup_refined()), Box::new(neuroshard_fast_refined())],
+                )
+                .member_up_to(Box::new(torchrec_refined()), AUTO_TORCHREC_LIMIT),
+            )
         },
     },
     PlannerEntry {

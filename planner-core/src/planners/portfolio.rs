@@ -1,9 +1,12 @@
 //! Several planners on the same task, the cheapest plan within memory kept: the default planner
 //! (`auto`) runs `size-lookup+refine`, which is fast at every size and strong where the tables are many,
 //! then `neuroshard-fast+refine`, which splits tables and wins on most small and mid-size tasks
-//! (docs/NEUROSHARD.md, "Planning time at scale"). Each planner gets what the ones before it left of the
-//! budget; plans are compared by the cost model under NeuroShard's cost definition, the one both plan
-//! with; on equal cost the earlier planner's plan is kept.
+//! (docs/NEUROSHARD.md, "Planning time at scale"), then, up to [`super::AUTO_TORCHREC_LIMIT`] tables ×
+//! devices, `torchrec+refine`, which reaches TorchRec's row-wise layouts (docs/BENCHMARKS.md, "Refining
+//! TorchRec's plan"). A member may be limited to tasks up to a size ([`Portfolio::member_up_to`]); past
+//! it, it is skipped, and its refusal is reported only when no other member refused. Each planner gets what the ones before it left of the budget; plans are compared by
+//! the cost model under NeuroShard's cost definition, the one all plan with; on equal cost the earlier
+//! planner's plan is kept.
 
 use super::{Budget, PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::{CostDefinition, evaluate};
@@ -15,6 +18,8 @@ use crate::task::Task;
 pub struct Portfolio {
     name: &'static str,
     members: Vec<Box<dyn Planner>>,
+    /// Per member, the largest `tables × devices` it runs on (`None`: every size).
+    limits: Vec<Option<usize>>,
     stats: StatsCell,
 }
 
@@ -22,7 +27,17 @@ impl Portfolio {
     /// `members`, run in order, registered as `name`.
     #[must_use]
     pub fn new(name: &'static str, members: Vec<Box<dyn Planner>>) -> Self {
-        Self { name, members, stats: StatsCell::default() }
+        let limits = vec![None; members.len()];
+        Self { name, members, limits, stats: StatsCell::default() }
+    }
+
+    /// Adds `member` last, run only on tasks of at most `limit` tables × devices (a planner whose search
+    /// grows too fast to run at every size).
+    #[must_use]
+    pub fn member_up_to(mut self, member: Box<dyn Planner>, limit: usize) -> Self {
+        self.members.push(member);
+        self.limits.push(Some(limit));
+        self
     }
 }
 
@@ -36,7 +51,11 @@ impl Planner for Portfolio {
         let mut best: Option<(f64, Plan, Option<SearchStats>)> = None;
         let mut refusal: Option<Error> = None;
         let mut refusal_stopped = false;
-        for member in &self.members {
+        let size = task.tables.len().saturating_mul(task.devices.count());
+        for (member, limit) in self.members.iter().zip(&self.limits) {
+            if limit.is_some_and(|l| size > l) {
+                continue;
+            }
             let budget = ctx.budget.zip(start_ms).map(|(b, start)| Budget {
                 clock_ms: b.clock_ms,
                 limit_ms: (b.limit_ms - ((b.clock_ms)() - start)).max(0.0),
@@ -58,7 +77,9 @@ impl Planner for Portfolio {
                 // what would help, and the later planner may only have kept more memory back (TorchRec's).
                 Err(e @ (Error::NoFit { .. } | Error::NoPlan { .. })) => {
                     let stopped = member.last_stats().is_some_and(|s| s.stopped_early);
-                    if stopped || !refusal_stopped {
+                    // A size-limited member is an extra: its refusal stands only when no other gave one.
+                    let extra = limit.is_some() && refusal.is_some();
+                    if !extra && (stopped || !refusal_stopped) {
                         refusal = Some(e);
                         refusal_stopped = stopped;
                     }

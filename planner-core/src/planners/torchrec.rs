@@ -757,10 +757,38 @@ fn least_loaded(ranks: &[Rank], candidates: std::ops::Range<usize>, s: &Shard, l
     })
 }
 
+/// Per option of every table, what the proposers and the partitioner sort by, computed once: its total
+/// storage `(hbm, ddr)` and the greedy proposer's `(max shard HBM, summed HBM, max shard DRAM, summed
+/// DRAM)`.
+struct StorageKeys {
+    total: Vec<Vec<(u128, u128)>>,
+    greedy: Vec<Vec<(u64, u128, u64, u128)>>,
+}
+
+impl StorageKeys {
+    fn new(space: &[Vec<ShardingOption>]) -> Self {
+        let (mut total, mut greedy) = (Vec::with_capacity(space.len()), Vec::with_capacity(space.len()));
+        for opts in space {
+            let (mut t, mut g) = (Vec::with_capacity(opts.len()), Vec::with_capacity(opts.len()));
+            for opt in opts {
+                let (sum_hbm, sum_ddr) = opt.total_storage();
+                let max_hbm = opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0);
+                let max_ddr = opt.shards.iter().map(|s| s.storage_ddr).max().unwrap_or(0);
+                t.push((sum_hbm, sum_ddr));
+                g.push((max_hbm, sum_hbm, max_ddr, sum_ddr));
+            }
+            total.push(t);
+            greedy.push(g);
+        }
+        Self { total, greedy }
+    }
+}
+
 /// `GreedyPerfPartitioner.partition` (sort by storage): ranks of every shard of every option of
 /// `proposal`, or `None` when a shard fits nowhere. `usable` and `ddr` are each rank's HBM and host DRAM.
 fn partition(
     space: &[Vec<ShardingOption>],
+    keys: &StorageKeys,
     proposal: &[usize],
     usable: &[u64],
     ddr: &[u64],
@@ -790,7 +818,7 @@ fn partition(
     let mut order: Vec<usize> = (0..proposal.len())
         .filter(|&t| space[t][proposal[t]].sharding_type.partition_by() != PartitionBy::Uniform)
         .collect();
-    order.sort_by(|&a, &b| space[b][proposal[b]].total_storage().cmp(&space[a][proposal[a]].total_storage()));
+    order.sort_by(|&a, &b| keys.total[b][proposal[b]].cmp(&keys.total[a][proposal[a]]));
     let hosts = ranks.len() / local;
     for t in order {
         let opt = &space[t][proposal[t]];
@@ -922,7 +950,7 @@ impl Proposer {
         }
     }
 
-    fn feedback(&mut self, space: &[Vec<ShardingOption>]) {
+    fn feedback(&mut self, keys: &StorageKeys) {
         match self {
             Self::Grid { sorted, odometer } => {
                 if let Some(idx) = odometer {
@@ -950,14 +978,7 @@ impl Proposer {
                 let mut largest_storage = (0u64, 0u128, 0u64, 0u128);
                 for (t, &i) in idx.iter().enumerate() {
                     if i + 1 < sorted[t].len() {
-                        let opt = &space[t][sorted[t][i]];
-                        let (sum_hbm, sum_ddr) = opt.total_storage();
-                        let storage = (
-                            opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0),
-                            sum_hbm,
-                            opt.shards.iter().map(|s| s.storage_ddr).max().unwrap_or(0),
-                            sum_ddr,
-                        );
+                        let storage = keys.greedy[t][sorted[t][i]];
                         if storage > largest_storage {
                             largest = Some(t);
                             largest_storage = storage;
@@ -990,6 +1011,7 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
     let usable = reserve_storage(task, cfg)?;
     let ddr = ddr_per_rank(task);
     let space = enumerate(task, cfg)?;
+    let keys = StorageKeys::new(&space);
     let mut proposers = [
         Proposer::grid(&space),
         Proposer::greedy(&space, true),
@@ -1008,11 +1030,11 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
                 break 'proposers;
             }
             if tried.contains(&proposal) {
-                proposer.feedback(&space);
+                proposer.feedback(&keys);
                 continue;
             }
             num_proposals += 1;
-            if let Some(ranks_of) = partition(&space, &proposal, &usable, &ddr, local) {
+            if let Some(ranks_of) = partition(&space, &keys, &proposal, &usable, &ddr, local) {
                 num_plans += 1;
                 let rating = rate(&space, &proposal, &ranks_of, world);
                 if best.as_ref().is_none_or(|(b, _, _)| rating < *b) {
@@ -1020,13 +1042,13 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
                 }
             } else {
                 let storage = proposal.iter().enumerate().fold((0u128, 0u128), |(h, d), (t, &o)| {
-                    let (oh, od) = space[t][o].total_storage();
+                    let (oh, od) = keys.total[t][o];
                     (h + oh, d + od)
                 });
                 lowest_storage = lowest_storage.min(storage);
             }
             tried.insert(proposal);
-            proposer.feedback(&space);
+            proposer.feedback(&keys);
         }
     }
     let Some((objective_ms, proposal, ranks_of)) = best else {
@@ -1315,7 +1337,7 @@ mod tests {
         let mut seen = Vec::new();
         while let Some(x) = p.propose() {
             seen.push(x);
-            p.feedback(&space);
+            p.feedback(&StorageKeys::new(&space));
         }
         assert_eq!(seen.len(), 9);
         seen.sort();

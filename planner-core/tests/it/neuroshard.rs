@@ -535,3 +535,47 @@ fn torchrec_refine_improves_on_torchrecs_plan_under_the_model() {
     assert!(tried >= 2, "TorchRec's port planned {tried} tasks");
     assert!(changed, "refinement changed no TorchRec plan");
 }
+
+/// `auto` returns the cheapest of `size-lookup+refine`, `neuroshard-fast+refine` and `torchrec+refine`
+/// (earlier on ties) while the task is at most `AUTO_TORCHREC_LIMIT` tables × devices; a portfolio member
+/// limited to a size is skipped past it and run up to it.
+#[test]
+fn auto_weighs_torchrecs_refined_plan_up_to_its_size_limit() {
+    use planner_core::planners::AUTO_TORCHREC_LIMIT;
+    use planner_core::planners::portfolio::Portfolio;
+    let model = profiles::load("cpu-epyc-2t").unwrap();
+    let by_name = |name: &str| planner_core::planners::planner(name).unwrap().build();
+    let mut torchrec_kept = 0;
+    for (k, task) in tasks().into_iter().enumerate() {
+        assert!(task.tables.len() * task.devices.count() <= AUTO_TORCHREC_LIMIT);
+        let ctx = PlanContext::new(&model, k as u64);
+        let member = |name: &str| by_name(name).plan(&task, &ctx).ok().map(|p| cost(&task, &p, &model));
+        let costs = ["size-lookup+refine", "neuroshard-fast+refine", "torchrec+refine"].map(member);
+        let Ok(auto) = by_name("auto").plan(&task, &ctx) else {
+            assert!(costs.iter().all(Option::is_none), "task {k}: auto refused, members {costs:?}");
+            continue;
+        };
+        check_plan(&task, &auto, &model, false);
+        let best = costs.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+        assert_eq!(cost(&task, &auto, &model), best, "task {k}: members {costs:?}");
+        torchrec_kept += usize::from(costs[2] == Some(best) && costs[..2].iter().all(|&c| c != Some(best)));
+        // The same member limited below and at the task's size.
+        let size = task.tables.len() * task.devices.count();
+        let limited = |limit: usize| {
+            Portfolio::new("p", vec![by_name("size-lookup+refine")]).member_up_to(by_name("torchrec+refine"), limit)
+        };
+        if let Some(first) = costs[0] {
+            let below = limited(size - 1).plan(&task, &ctx).unwrap();
+            assert_eq!(cost(&task, &below, &model), first, "task {k}");
+            if let Some(third) = costs[2] {
+                let at = limited(size).plan(&task, &ctx).unwrap();
+                assert_eq!(cost(&task, &at, &model), first.min(third), "task {k}");
+            }
+        }
+    }
+    assert!(torchrec_kept >= 1, "auto never kept the TorchRec-started plan");
+    // The registry's summary states the limit the code applies.
+    let limit = format!("{},{:03}", AUTO_TORCHREC_LIMIT / 1000, AUTO_TORCHREC_LIMIT % 1000);
+    let summary = planner_core::planners::planner("auto").unwrap().summary;
+    assert!(summary.contains(&limit), "{summary}");
+}

@@ -121,7 +121,9 @@ fn reproduces_the_plans_and_bytes_made_before_memory_rules() {
         // models price an fp16 piece by its bytes (`cost::neural::piece_raw`) differ on the fp16 task.
         // The TorchRec port now searches TorchRec's default space (table-column-wise and table-row-wise
         // beside the three types it had), whose proposals reach other plans.
+        // `auto` now also weighs `torchrec+refine`'s plan on tasks this small.
         if b.planner.ends_with("+refine")
+            || b.planner == "auto"
             || b.planner == "torchrec"
             || (b.planner == "autoshard" && b.task.starts_with("dreamshard"))
         {
