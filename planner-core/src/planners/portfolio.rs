@@ -4,9 +4,9 @@
 //! (docs/NEUROSHARD.md, "Planning time at scale"), then, up to [`super::AUTO_TORCHREC_LIMIT`] tables ×
 //! devices, `torchrec+refine`, which reaches TorchRec's row-wise layouts (docs/BENCHMARKS.md, "Refining
 //! TorchRec's plan"). A member may be limited to tasks up to a size ([`Portfolio::member_up_to`]); past
-//! it, it is skipped, and its refusal is reported only when no other member refused. Each planner gets what the ones before it left of the budget; plans are compared by
-//! the cost model under NeuroShard's cost definition, the one all plan with; on equal cost the earlier
-//! planner's plan is kept.
+//! it, it is skipped, and its refusal is reported only when no other member refused. Each planner gets
+//! what the ones before it left of the budget; plans are compared by the cost model under NeuroShard's
+//! cost definition, the one all plan with; on equal cost the earlier planner's plan is kept.
 
 use super::{Budget, PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::{CostDefinition, evaluate};
@@ -17,9 +17,8 @@ use crate::task::Task;
 /// Planners run in turn; the cheapest plan within memory wins.
 pub struct Portfolio {
     name: &'static str,
-    members: Vec<Box<dyn Planner>>,
-    /// Per member, the largest `tables × devices` it runs on (`None`: every size).
-    limits: Vec<Option<usize>>,
+    /// Each member with the largest `tables × devices` it runs on (`None`: every size).
+    members: Vec<(Box<dyn Planner>, Option<usize>)>,
     stats: StatsCell,
 }
 
@@ -27,16 +26,14 @@ impl Portfolio {
     /// `members`, run in order, registered as `name`.
     #[must_use]
     pub fn new(name: &'static str, members: Vec<Box<dyn Planner>>) -> Self {
-        let limits = vec![None; members.len()];
-        Self { name, members, limits, stats: StatsCell::default() }
+        Self { name, members: members.into_iter().map(|m| (m, None)).collect(), stats: StatsCell::default() }
     }
 
     /// Adds `member` last, run only on tasks of at most `limit` tables × devices (a planner whose search
     /// grows too fast to run at every size).
     #[must_use]
     pub fn member_up_to(mut self, member: Box<dyn Planner>, limit: usize) -> Self {
-        self.members.push(member);
-        self.limits.push(Some(limit));
+        self.members.push((member, Some(limit)));
         self
     }
 }
@@ -52,7 +49,7 @@ impl Planner for Portfolio {
         let mut refusal: Option<Error> = None;
         let mut refusal_stopped = false;
         let size = task.tables.len().saturating_mul(task.devices.count());
-        for (member, limit) in self.members.iter().zip(&self.limits) {
+        for (member, limit) in &self.members {
             if limit.is_some_and(|l| size > l) {
                 continue;
             }
