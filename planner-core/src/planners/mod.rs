@@ -260,9 +260,9 @@ impl PlannerEntry {
 pub const DEFAULT_PLANNER: &str = "auto";
 
 /// The largest task, in tables × devices, on which `auto` also runs `torchrec+refine`. The TorchRec port's
-/// search partitions every proposal over every rank: 0.1 s at 200 tables × 16 devices, 0.65 s at 300 × 32
-/// (within `auto`'s own time), 2.7 s at 500 × 64 (as long as the rest of `auto`) and 3 minutes at 2,000 ×
-/// 256, on the 2-vCPU EPYC host (docs/NEUROSHARD.md, "Planning time at scale").
+/// search partitions every proposal over every rank and grows as the square of the tables: past this size
+/// it costs about as much as the rest of `auto`, and soon far more (docs/NEUROSHARD.md, "Planning time at
+/// scale").
 pub const AUTO_TORCHREC_LIMIT: usize = 10_000;
 
 /// Every planner, in report order.

@@ -757,30 +757,31 @@ fn least_loaded(ranks: &[Rank], candidates: std::ops::Range<usize>, s: &Shard, l
     })
 }
 
-/// Per option of every table, what the proposers and the partitioner sort by, computed once: its total
-/// storage `(hbm, ddr)` and the greedy proposer's `(max shard HBM, summed HBM, max shard DRAM, summed
-/// DRAM)`.
-struct StorageKeys {
-    total: Vec<Vec<(u128, u128)>>,
-    greedy: Vec<Vec<(u64, u128, u64, u128)>>,
-}
+/// Per option of every table, what the proposers and the partitioner sort by, computed once: the greedy
+/// proposer's `(max shard HBM, summed HBM, max shard DRAM, summed DRAM)`, whose sums are the option's total
+/// storage.
+struct StorageKeys(Vec<Vec<(u64, u128, u64, u128)>>);
 
 impl StorageKeys {
     fn new(space: &[Vec<ShardingOption>]) -> Self {
-        let (mut total, mut greedy) = (Vec::with_capacity(space.len()), Vec::with_capacity(space.len()));
-        for opts in space {
-            let (mut t, mut g) = (Vec::with_capacity(opts.len()), Vec::with_capacity(opts.len()));
-            for opt in opts {
-                let (sum_hbm, sum_ddr) = opt.total_storage();
-                let max_hbm = opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0);
-                let max_ddr = opt.shards.iter().map(|s| s.storage_ddr).max().unwrap_or(0);
-                t.push((sum_hbm, sum_ddr));
-                g.push((max_hbm, sum_hbm, max_ddr, sum_ddr));
-            }
-            total.push(t);
-            greedy.push(g);
-        }
-        Self { total, greedy }
+        let key = |opt: &ShardingOption| {
+            let (sum_hbm, sum_ddr) = opt.total_storage();
+            let max_hbm = opt.shards.iter().map(|s| s.storage_hbm).max().unwrap_or(0);
+            let max_ddr = opt.shards.iter().map(|s| s.storage_ddr).max().unwrap_or(0);
+            (max_hbm, sum_hbm, max_ddr, sum_ddr)
+        };
+        Self(space.iter().map(|opts| opts.iter().map(key).collect()).collect())
+    }
+
+    /// The greedy proposer's key of option `o` of table `t`.
+    fn greedy(&self, t: usize, o: usize) -> (u64, u128, u64, u128) {
+        self.0[t][o]
+    }
+
+    /// Total storage `(hbm, ddr)` of option `o` of table `t` ([`ShardingOption::total_storage`]).
+    fn total(&self, t: usize, o: usize) -> (u128, u128) {
+        let (_, hbm, _, ddr) = self.0[t][o];
+        (hbm, ddr)
     }
 }
 
@@ -818,7 +819,7 @@ fn partition(
     let mut order: Vec<usize> = (0..proposal.len())
         .filter(|&t| space[t][proposal[t]].sharding_type.partition_by() != PartitionBy::Uniform)
         .collect();
-    order.sort_by(|&a, &b| keys.total[b][proposal[b]].cmp(&keys.total[a][proposal[a]]));
+    order.sort_by(|&a, &b| keys.total(b, proposal[b]).cmp(&keys.total(a, proposal[a])));
     let hosts = ranks.len() / local;
     for t in order {
         let opt = &space[t][proposal[t]];
@@ -978,7 +979,7 @@ impl Proposer {
                 let mut largest_storage = (0u64, 0u128, 0u64, 0u128);
                 for (t, &i) in idx.iter().enumerate() {
                     if i + 1 < sorted[t].len() {
-                        let storage = keys.greedy[t][sorted[t][i]];
+                        let storage = keys.greedy(t, sorted[t][i]);
                         if storage > largest_storage {
                             largest = Some(t);
                             largest_storage = storage;
@@ -1042,7 +1043,7 @@ pub fn plan_torchrec_until(task: &Task, cfg: &TorchRecConfig, stop: &dyn Fn() ->
                 }
             } else {
                 let storage = proposal.iter().enumerate().fold((0u128, 0u128), |(h, d), (t, &o)| {
-                    let (oh, od) = keys.total[t][o];
+                    let (oh, od) = keys.total(t, o);
                     (h + oh, d + od)
                 });
                 lowest_storage = lowest_storage.min(storage);
@@ -1333,11 +1334,12 @@ mod tests {
             Task::new(vec![table("a", 100, 8, 1.0), table("b", 100, 8, 1.0)], Devices::uniform(2, 1 << 30).unwrap())
                 .unwrap();
         let space = enumerate(&task, &TorchRecConfig::fused_hbm()).unwrap();
+        let keys = StorageKeys::new(&space);
         let mut p = Proposer::grid(&space);
         let mut seen = Vec::new();
         while let Some(x) = p.propose() {
             seen.push(x);
-            p.feedback(&StorageKeys::new(&space));
+            p.feedback(&keys);
         }
         assert_eq!(seen.len(), 9);
         seen.sort();
