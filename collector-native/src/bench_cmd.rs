@@ -114,7 +114,7 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<i32> {
     let compute_s = t0.elapsed().as_secs_f64();
     let t1 = std::time::Instant::now();
     for g in 0..args.comm_samples {
-        let sample = workload::sample_comm(args.devices, task_seed(args.seed, g as usize), 20.0);
+        let sample = workload::sample_comm(args.devices, task_seed(args.seed, g as usize), 20.0, 0.0, false);
         backend.comm(&sample, args.batch_size as usize, timing)?;
     }
     let comm_s = t1.elapsed().as_secs_f64();

@@ -24,6 +24,15 @@ pub struct CommArgs {
     /// where plans' devices finish their compute further apart).
     #[arg(long, default_value_t = 20.0)]
     pub max_delay_ms: f64,
+    /// Each sample makes each dim, with probability q uniform in [0, this), a row-wise table: a piece on
+    /// every device, as TorchRec's plans place them (their devices' dim sums reach several times the
+    /// SPEC's). 0 (the default): the SPEC's samples.
+    #[arg(long, default_value_t = 0.0)]
+    pub row_wise_max: f64,
+    /// Draw the spread of the start delays log-uniform from 0.05 ms up to `--max-delay-ms` instead of
+    /// uniform from 1 ms (SPEC): levelled plans start their exchanges within a millisecond or two.
+    #[arg(long)]
+    pub log_delays: bool,
 }
 
 /// `shardplan-collect comm`.
@@ -42,6 +51,9 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     }
     if !(args.max_delay_ms.is_finite() && args.max_delay_ms > 1.0 && args.max_delay_ms <= 10_000.0) {
         bail!("--max-delay-ms = {} is invalid: use a number in (1, 10000]", args.max_delay_ms);
+    }
+    if !(args.row_wise_max.is_finite() && (0.0..=1.0).contains(&args.row_wise_max)) {
+        bail!("--row-wise-max = {} is invalid: use a probability in [0, 1]", args.row_wise_max);
     }
     // Locked first: a second run on this --out fails here, before a backend or guard is set up.
     let output = collect::lock_output(&c.run.out)?;
@@ -63,14 +75,31 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
         bw: Vec::new(),
     };
     // The SPEC's delays carry no sampler name; wider ones say so, so a resumed file cannot mix them.
-    let sampler = (args.max_delay_ms != 20.0).then(|| format!("delays<{}ms", args.max_delay_ms));
+    let mut sampler: Vec<String> = Vec::new();
+    if args.log_delays {
+        sampler.push(format!("log-delays<{}ms", args.max_delay_ms));
+    } else if args.max_delay_ms != 20.0 {
+        sampler.push(format!("delays<{}ms", args.max_delay_ms));
+    }
+    if args.row_wise_max > 0.0 {
+        sampler.push(format!("row-wise<{}", args.row_wise_max));
+    }
+    let sampler = (!sampler.is_empty()).then(|| sampler.join(","));
     let tpl = template(backend.as_ref(), c, format!("comm:d{}", args.devices), sampler, empty);
     let plan =
         RunPlan { out: c.run.out.clone(), samples: c.samples, shard: c.shard, resume: c.run.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
     let timing = Timing { warmup: c.run.warmup, reps: c.run.reps };
     let mut guard = start_guard(cli, backend.as_mut(), c.run.batch_size)?;
-    let prepare = |g: u64| Ok(workload::sample_comm(args.devices, task_seed(c.seed, g as usize), args.max_delay_ms));
+    let prepare = |g: u64| {
+        Ok(workload::sample_comm(
+            args.devices,
+            task_seed(c.seed, g as usize),
+            args.max_delay_ms,
+            args.row_wise_max,
+            args.log_delays,
+        ))
+    };
     let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, sample| {
         let (times, conditions) = guard.measure(backend.as_mut(), &format!("sample {g}"), false, |b| {
             b.comm(&sample, c.run.batch_size as usize, timing)

@@ -765,7 +765,7 @@ mod tests {
         let times = backend.compute(0, std::slice::from_ref(&t), bags, 3, Timing { warmup: 2, reps: 3 }).unwrap();
         assert!(times.fwd_ms.iter().chain(&times.bwd_ms).all(|&x| x > 0.0));
         let d = backend.max_comm_devices().unwrap();
-        let sample = crate::workload::sample_comm(d, 4, 20.0);
+        let sample = crate::workload::sample_comm(d, 4, 20.0, 0.0, false);
         let c = backend.comm(&sample, 4096, Timing { warmup: 1, reps: 3 }).unwrap();
         assert_eq!(c.fw_ms.len(), d);
         assert!(c.fw_ms.iter().chain(&c.bw_ms).all(|v| v.len() == 3 && v.iter().all(|&x| x >= 0.0)));

@@ -518,6 +518,9 @@ pub fn sample_set(
     )
 }
 
+/// Smallest spread of start delays (ms) the log-uniform comm sampler draws.
+pub const LOG_DELAY_MIN_MS: f64 = 0.05;
+
 /// A comm sample: the dims on each device and the forward start delays.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommSample {
@@ -539,16 +542,36 @@ impl CommSample {
 /// spread by a randomised greedy (descending; with probability p a random device, else the one with
 /// the lowest dim sum; p uniform per sample), and start delays uniform in [0, diff) with diff ∈
 /// [1, `max_delay_ms`) ms (SPEC: 20), shifted so the minimum is 0.
+///
+/// With `row_wise_max > 0`, each dim is instead, with probability q (uniform in [0, `row_wise_max`) per
+/// sample), a row-wise table: a piece of its full dim on every device. TorchRec's plans place such pieces
+/// on every device, and their devices' dim sums reach several times what the SPEC's spread gives
+/// (1,536 against at most 592 at 8 devices, max dim 128). `row_wise_max = 0` draws exactly the SPEC's
+/// samples.
+///
+/// With `log_delays`, diff is log-uniform in [[`LOG_DELAY_MIN_MS`], `max_delay_ms`) instead: a plan
+/// whose devices a search has levelled starts its exchange within a millisecond or two, where eight
+/// threads on two cores contend and exchange about twice as slowly as when their starts are spread
+/// (measured: 0.8–1.1 ms against 0.5 predicted from uniform spreads of 1–60 ms).
 #[must_use]
-pub fn sample_comm(devices: usize, seed: u64, max_delay_ms: f64) -> CommSample {
+pub fn sample_comm(devices: usize, seed: u64, max_delay_ms: f64, row_wise_max: f64, log_delays: bool) -> CommSample {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = rng.random_range(10..60usize);
     let mut dims: Vec<u32> = (0..n).map(|_| AUGMENT_DIMS[rng.random_range(0..AUGMENT_DIMS.len())]).collect();
     dims.sort_unstable_by(|a, b| b.cmp(a));
     let p: f64 = rng.random();
+    // Drawn only when asked for, so that the SPEC's samples stay what they were for every seed.
+    let q: f64 = if row_wise_max > 0.0 { rng.random_range(0.0..row_wise_max.min(1.0)) } else { 0.0 };
     let mut device_dims = vec![Vec::new(); devices];
     let mut sums = vec![0u64; devices];
     for d in dims {
+        if q > 0.0 && rng.random::<f64>() < q {
+            for (dd, s) in device_dims.iter_mut().zip(&mut sums) {
+                dd.push(d);
+                *s += u64::from(d);
+            }
+            continue;
+        }
         let r = if rng.random::<f64>() < p {
             rng.random_range(0..devices)
         } else {
@@ -557,7 +580,11 @@ pub fn sample_comm(devices: usize, seed: u64, max_delay_ms: f64) -> CommSample {
         device_dims[r].push(d);
         sums[r] += u64::from(d);
     }
-    let diff: f64 = rng.random_range(1.0..max_delay_ms.max(1.0 + 1e-9));
+    let diff: f64 = if log_delays {
+        (rng.random_range(LOG_DELAY_MIN_MS.ln()..max_delay_ms.max(1.0 + 1e-9).ln())).exp()
+    } else {
+        rng.random_range(1.0..max_delay_ms.max(1.0 + 1e-9))
+    };
     let raw: Vec<f64> = (0..devices).map(|_| rng.random_range(0.0..diff)).collect();
     let min = raw.iter().copied().fold(f64::INFINITY, f64::min);
     CommSample { device_dims, delays_ms: raw.iter().map(|d| d - min).collect() }
@@ -678,13 +705,44 @@ mod tests {
     #[test]
     fn comm_samples_follow_the_protocol() {
         for s in 0..200 {
-            let c = sample_comm(4, s, 20.0);
+            let c = sample_comm(4, s, 20.0, 0.0, false);
             let n: usize = c.device_dims.iter().map(Vec::len).sum();
             assert!((10..60).contains(&n));
             assert!(c.delays_ms.contains(&0.0));
             assert!(c.delays_ms.iter().all(|&d| (0.0..20.0).contains(&d)));
             assert!(c.device_dims.iter().flatten().all(|d| AUGMENT_DIMS.contains(d)));
         }
+    }
+
+    #[test]
+    fn row_wise_comm_samples_put_pieces_on_every_device() {
+        // Off, the SPEC's samples are unchanged; on, some samples hold dims on every device, and their
+        // devices' dim sums reach beyond anything the SPEC's spread gives.
+        for s in 0..50 {
+            assert_eq!(sample_comm(8, s, 20.0, 0.0, false), sample_comm(8, s, 20.0, 0.0, false));
+        }
+        let spec_max = (0..200).flat_map(|s| sample_comm(8, s, 20.0, 0.0, false).dim_sums()).max().unwrap();
+        let rw_max = (0..200).flat_map(|s| sample_comm(8, s, 20.0, 1.0, false).dim_sums()).max().unwrap();
+        assert!(rw_max > 2 * spec_max, "{rw_max} vs {spec_max}");
+        for s in 0..200 {
+            let c = sample_comm(8, s, 20.0, 1.0, false);
+            assert!(c.device_dims.iter().flatten().all(|d| AUGMENT_DIMS.contains(d)));
+            assert!(c.delays_ms.contains(&0.0));
+        }
+    }
+
+    #[test]
+    fn log_delays_cover_near_simultaneous_starts() {
+        // The spread of a sample's delays: uniform in [1, 60) ms almost never leaves every device within
+        // 2 ms of the first; log-uniform from 0.05 ms does so in about half of the samples.
+        let spread = |log: bool, s: u64| {
+            let c = sample_comm(8, s, 60.0, 0.0, log);
+            assert!(c.delays_ms.iter().all(|&d| (0.0..60.0).contains(&d)));
+            c.delays_ms.iter().copied().fold(0.0, f64::max)
+        };
+        let near = |log: bool| (0..400).filter(|&s| spread(log, s) < 2.0).count();
+        assert!(near(false) < 20, "{}", near(false));
+        assert!(near(true) > 60, "{}", near(true));
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct CalibrateOptions {
     pub comm_samples: u64,
     /// Largest start delay of the comm samples, ms.
     pub comm_max_delay_ms: f64,
+    /// Largest probability of a row-wise dim in a comm sample (`shardplan-collect comm --row-wise-max`).
+    pub comm_row_wise_max: f64,
     /// Measure no comm (a machine with one device): price comm with this analytical preset and time the
     /// held-out plans' compute only, taking their comm from the plan (`measure-plan --comm-from-plan`).
     pub comm_preset: Option<String>,
@@ -343,7 +345,8 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
             let mut c = opts.collector();
             c.args(["comm", "--resume", "--devices", &d.to_string(), "--samples", &opts.comm_samples.to_string()])
                 .args(["--seed", &task_seed(opts.seed, 2 + d).to_string(), "--batch-size", &opts.batch.to_string()])
-                .args(["--max-delay-ms", &opts.comm_max_delay_ms.to_string(), "--out"])
+                .args(["--max-delay-ms", &opts.comm_max_delay_ms.to_string()])
+                .args(["--row-wise-max", &opts.comm_row_wise_max.to_string(), "--log-delays", "--out"])
                 .arg(opts.data_dir().join(format!("comm_d{d}.jsonl")));
             run(c, &format!("comm D={d}"))
         })? {

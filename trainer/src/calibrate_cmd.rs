@@ -53,6 +53,11 @@ pub struct CalibrateArgs {
     /// Largest start delay of the comm samples, ms.
     #[arg(long, default_value_t = 60.0)]
     pub comm_max_delay_ms: f64,
+    /// Each comm sample makes each dim, with probability up to this, a row-wise table on every device
+    /// (`shardplan-collect comm --row-wise-max`), so that the comm models see the dim sums of TorchRec's
+    /// row-wise plans.
+    #[arg(long, default_value_t = 0.8)]
+    pub comm_row_wise_max: f64,
     /// Measure no comm (a machine with one GPU): price comm with this analytical preset (`h100`,
     /// `h100-ib`, `a100`, `torchrec`, …) and time held-out plans' compute only (`measure-plan
     /// --comm-from-plan`); the profiles then have no comm model.
@@ -142,6 +147,7 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
         initial_samples: a.initial_samples,
         comm_samples: a.comm_samples,
         comm_max_delay_ms: a.comm_max_delay_ms,
+        comm_row_wise_max: a.comm_row_wise_max,
         comm_preset: a.comm_from_preset.clone(),
         start_profile: a.start_profile.clone(),
         extra_data: a.extra_data.clone(),

@@ -370,6 +370,102 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     finish_profile(opts, &nets, &data, norm, reference_ms, compute_metrics, interval, &pred, &all)
 }
 
+/// Files of a profile to write: (name, bytes).
+type ProfileFiles = Vec<(String, Vec<u8>)>;
+
+/// Trains the comm models of every device count in `data` (backward and forward, each `in → 128 → 64 → 32
+/// → 16 → D` on an 80/10/10 split seeded by the device count; the forward one learns the exchange beyond
+/// each device's wait, [`CommCard::fw_after_wait`]). Returns the ONNX files and the cards.
+fn train_comm(
+    data: &Loaded,
+    train_cfg: &TrainConfig,
+    checkpoints: Option<Checkpoints<'_>>,
+    doc: &str,
+) -> Result<(ProfileFiles, Vec<CommCard>)> {
+    let mut files: ProfileFiles = Vec::new();
+    let mut comm_cards = Vec::new();
+    for (&d, samples) in &data.comm {
+        if samples.len() < 10 {
+            bail!("{} comm samples for D={d}: at least 10 are needed", samples.len());
+        }
+        let (tr, va, te) = split_80_10_10(samples.len(), train_cfg.seed.wrapping_add(d as u64));
+        let mut metrics_d = BTreeMap::new();
+        let mut graphs = Vec::new();
+        for (dir, tag) in [(Direction::Backward, "bw"), (Direction::Forward, "fw")] {
+            let m = CommModel::new(samples, dir, &tr, train_cfg.seed.wrapping_add(d as u64))?;
+            train(&m, &format!("comm_d{d}_{tag}"), &tr, &va, train_cfg, checkpoints)?;
+            for (split, idx) in [("train", &tr), ("val", &va), ("test", &te)] {
+                let (p, t) = m.predict(idx)?;
+                metrics_d.insert(format!("{tag}/{split}"), metrics(&p, &t));
+            }
+            let file = format!("comm_d{d}_{tag}.onnx");
+            files
+                .push((file.clone(), export::mlp_graph(&format!("comm_{tag}"), "x", "comm_ms", &m.net.export()?, doc)));
+            graphs.push((file, m.norm.clone()));
+        }
+        let [(bw_file, bw_norm), (fw_file, fw_norm)]: [(String, _); 2] =
+            graphs.try_into().map_err(|_| anyhow::anyhow!("expected two comm graphs"))?;
+        comm_cards.push(CommCard {
+            devices: d,
+            bw_normalisation: bw_norm,
+            fw_normalisation: fw_norm,
+            bw_file,
+            fw_file,
+            fw_after_wait: true,
+            metrics: metrics_d,
+            dataset: DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: samples.len() },
+        });
+    }
+    Ok((files, comm_cards))
+}
+
+/// Retrains the comm models of the profile in `profile` on `datasets` (their comm records; compute
+/// records are read and checked, not trained on) and writes them into it: the ONNX files and the card's
+/// entries of the device counts the data holds; the compute networks, the other device counts and
+/// everything else stay as they are. The profile is then loaded back through planner-core. Returns the
+/// new comm cards.
+///
+/// # Errors
+/// An unreadable card or dataset, data measured on other hardware, no comm records, or fewer than 10
+/// for a device count.
+pub fn fit_comm_into_profile(profile: &Path, datasets: &[PathBuf], train_cfg: &TrainConfig) -> Result<Vec<CommCard>> {
+    let card_path = profile.join("card.json");
+    let text = std::fs::read_to_string(&card_path)
+        .with_context(|| format!("reading the profile's card {}", card_path.display()))?;
+    let mut card = ModelCard::from_json(&text).with_context(|| format!("reading {}", card_path.display()))?;
+    let data = data::load(datasets, &card.compute.normalisation)?;
+    if data.hardware.get("fingerprint") != card.hardware.get("fingerprint") {
+        bail!(
+            "the datasets were measured on {} but the profile on {}: fit a profile on its own hardware's data",
+            data.hardware.get("fingerprint").unwrap_or(&serde_json::Value::Null),
+            card.hardware.get("fingerprint").unwrap_or(&serde_json::Value::Null)
+        );
+    }
+    if data.comm.is_empty() {
+        bail!(
+            "no comm records in {} dataset file(s): give the comm datasets (`shardplan-collect comm`)",
+            datasets.len()
+        );
+    }
+    let doc = format!("shardplan profile {}; see card.json", card.name);
+    let (files, comm_cards) = train_comm(&data, train_cfg, None, &doc)?;
+    card.comm.retain(|c| !comm_cards.iter().any(|n| n.devices == c.devices));
+    card.comm.extend(comm_cards.iter().cloned());
+    card.comm.sort_by_key(|c| c.devices);
+    let _ = write!(card.command, "; comm models: shardplan-train fit-comm on {}", data.files.join(", "));
+    card.check()?;
+    let card_json = serde_json::to_string_pretty(&card)? + "\n";
+    // Checked before anything is written: the card with the new graphs loads through planner-core.
+    let mut blobs = onnx_files(profile)?;
+    blobs.extend(files.iter().cloned());
+    NeuralModel::from_profile(&card_json, |f| blobs.get(f).map(Vec::as_slice))?;
+    for (name, bytes) in &files {
+        write_atomic(&profile.join(name), bytes)?;
+    }
+    write_atomic(&card_path, card_json.as_bytes())?;
+    Ok(comm_cards)
+}
+
 /// Trains comm models, writes every graph and the card, then reloads and checks the profile.
 #[allow(clippy::too_many_arguments)]
 fn finish_profile(
@@ -403,40 +499,8 @@ fn finish_profile(
             ensemble.push(MemberFiles { encoder_file: enc_file, head_file });
         }
     }
-    let mut comm_cards = Vec::new();
-    for (&d, samples) in &data.comm {
-        if samples.len() < 10 {
-            bail!("{} comm samples for D={d}: at least 10 are needed", samples.len());
-        }
-        let (tr, va, te) = split_80_10_10(samples.len(), opts.train.seed.wrapping_add(d as u64));
-        let mut metrics_d = BTreeMap::new();
-        let mut graphs = Vec::new();
-        for (dir, tag) in [(Direction::Backward, "bw"), (Direction::Forward, "fw")] {
-            let m = CommModel::new(samples, dir, &tr, opts.train.seed.wrapping_add(d as u64))?;
-            train(&m, &format!("comm_d{d}_{tag}"), &tr, &va, &opts.train, Some(checkpoints))?;
-            for (split, idx) in [("train", &tr), ("val", &va), ("test", &te)] {
-                let (p, t) = m.predict(idx)?;
-                metrics_d.insert(format!("{tag}/{split}"), metrics(&p, &t));
-            }
-            let file = format!("comm_d{d}_{tag}.onnx");
-            files.push((
-                file.clone(),
-                export::mlp_graph(&format!("comm_{tag}"), "x", "comm_ms", &m.net.export()?, &doc),
-            ));
-            graphs.push((file, m.norm.clone()));
-        }
-        let [(bw_file, bw_norm), (fw_file, fw_norm)]: [(String, _); 2] =
-            graphs.try_into().map_err(|_| anyhow::anyhow!("expected two comm graphs"))?;
-        comm_cards.push(CommCard {
-            devices: d,
-            bw_normalisation: bw_norm,
-            fw_normalisation: fw_norm,
-            bw_file,
-            fw_file,
-            metrics: metrics_d,
-            dataset: DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: samples.len() },
-        });
-    }
+    let (comm_files, comm_cards) = train_comm(data, &opts.train, Some(checkpoints), &doc)?;
+    files.extend(comm_files);
     let card = ModelCard {
         schema: CARD_SCHEMA.into(),
         name: opts.name.clone(),

@@ -5,7 +5,7 @@
 //!
 //! `main.rs` holds the command line and the dispatch; each subcommand's body is its own file
 //! (`profile_cmd.rs`, `autoshard_cmd.rs`, `predict_cmd.rs`, `bench_cmd.rs`, `calibrate_cmd.rs`,
-//! `dreamshard_cmd.rs`, `fit_terms_cmd.rs`), reading its arguments as one struct; `common.rs` holds what two of them share.
+//! `dreamshard_cmd.rs`, `fit_terms_cmd.rs`, `fit_comm_cmd.rs`), reading its arguments as one struct; `common.rs` holds what two of them share.
 //! Errors print their whole chain and exit with status 1 (usage errors: 2, from clap).
 
 mod autoshard_cmd;
@@ -13,6 +13,7 @@ mod bench_cmd;
 mod calibrate_cmd;
 mod common;
 mod dreamshard_cmd;
+mod fit_comm_cmd;
 mod fit_terms_cmd;
 mod predict_cmd;
 mod profile_cmd;
@@ -54,6 +55,9 @@ enum Command {
     /// lookup and piece) on its datasets and write it into the profile's card (`compute_terms`);
     /// `--compute-terms` then prices compute with it.
     FitTerms(fit_terms_cmd::FitTermsArgs),
+    /// Retrain a profile's comm models on comm datasets (`shardplan-collect comm`) and write them into
+    /// the profile; its compute networks stay as they are.
+    FitComm(fit_comm_cmd::FitCommArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Dreamshard(a) => dreamshard_cmd::run(a),
         Command::FitTerms(a) => fit_terms_cmd::run(a),
+        Command::FitComm(a) => fit_comm_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -80,7 +80,11 @@ pub struct CommModel {
     /// Input normalisation (fitted on the training split).
     pub norm: Normalisation,
     x: Vec<Vec<f32>>,
+    /// Targets: the measured times less `wait`.
     y: Vec<Vec<f32>>,
+    /// Per sample and device, the part of the time the network does not learn: the forward wait for the
+    /// last device to start ([`planner_core::cost::start_wait_ms`]); zeros backward.
+    wait: Vec<Vec<f64>>,
     d: usize,
 }
 
@@ -99,11 +103,21 @@ impl CommModel {
         let fit_rows: Vec<Vec<f64>> = train.iter().map(|&i| raw[i].clone()).collect();
         let norm = Normalisation::fit(&fit_rows);
         let x = raw.iter().map(|r| norm.apply(r)).collect();
-        let y = data
+        // Forward: the network learns the exchange beyond each device's wait for the last one to start
+        // (`CommCard::fw_after_wait`); the wait is added back to every prediction.
+        let wait: Vec<Vec<f64>> = data
             .iter()
             .map(|s| match dir {
-                Direction::Backward => s.bw_ms.iter().map(|v| *v as f32).collect(),
-                Direction::Forward => s.fw_ms.iter().map(|v| *v as f32).collect(),
+                Direction::Backward => vec![0.0; s.bw_ms.len()],
+                Direction::Forward => planner_core::cost::start_wait_ms(&s.delays_ms),
+            })
+            .collect();
+        let y = data
+            .iter()
+            .zip(&wait)
+            .map(|(s, w)| {
+                let t = if dir == Direction::Backward { &s.bw_ms } else { &s.fw_ms };
+                t.iter().zip(w).map(|(v, w)| (v - w) as f32).collect()
             })
             .collect();
         let in_w = if dir == Direction::Backward { d } else { 2 * d };
@@ -111,16 +125,18 @@ impl CommModel {
         widths.extend(planner_core::cost::card::COMM_HIDDEN);
         widths.push(d);
         let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed);
-        Ok(Self { net: Mlp::new(&widths, &mut rng)?, norm, x, y, d })
+        Ok(Self { net: Mlp::new(&widths, &mut rng)?, norm, x, y, wait, d })
     }
 
-    /// Predicted per-device ms of samples `idx` (flattened, D per sample), and the targets alike.
+    /// Predicted per-device ms of samples `idx` (flattened, D per sample), and the measured times alike,
+    /// the wait included in both: what the planner's model returns (a negative network output counts 0).
     pub fn predict(&self, idx: &[usize]) -> Result<(Vec<f64>, Vec<f64>)> {
         let rows: Vec<Vec<f32>> = idx.iter().map(|&i| self.x[i].clone()).collect();
         let x = matrix(&rows, rows.first().map_or(0, Vec::len))?;
         let p = self.net.forward(&x)?.flatten_all()?.to_vec1::<f32>()?;
-        let t = idx.iter().flat_map(|&i| self.y[i].iter().map(|v| f64::from(*v))).collect();
-        Ok((p.into_iter().map(f64::from).collect(), t))
+        let wait: Vec<f64> = idx.iter().flat_map(|&i| self.wait[i].iter().copied()).collect();
+        let t = idx.iter().flat_map(|&i| self.y[i].iter().zip(&self.wait[i]).map(|(v, w)| f64::from(*v) + w)).collect();
+        Ok((p.into_iter().zip(wait).map(|(v, w)| f64::from(v).max(0.0) + w).collect(), t))
     }
 }
 
@@ -164,5 +180,41 @@ mod tests {
         assert!((m.mae - (1.0 + 0.001) / 3.0).abs() < 1e-12);
         // The 0.001 ms target is below the floor and left out of MAPE: (50% + 0%) / 2.
         assert!((m.mape_pct - 25.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn forward_comm_learns_the_exchange_beyond_the_wait() {
+        // Forward times = each device's wait for the last to start + 0.5 ms. The network is trained on the
+        // 0.5 ms alone; whatever it predicts, the wait comes back in full, and the measured times are
+        // reported as measured.
+        let data: Vec<CommSample> = (0..4)
+            .map(|i| {
+                let delays_ms = vec![0.0, 3.0 + f64::from(i), 1.0];
+                let last = delays_ms.iter().copied().fold(0.0, f64::max);
+                CommSample {
+                    dims: vec![64.0, 32.0, 16.0],
+                    fw_ms: delays_ms.iter().map(|d| last - d + 0.5).collect(),
+                    bw_ms: vec![0.2; 3],
+                    delays_ms,
+                }
+            })
+            .collect();
+        let all: Vec<usize> = (0..data.len()).collect();
+        let m = CommModel::new(&data, Direction::Forward, &all, 1).unwrap();
+        for (y, s) in m.y.iter().zip(&data) {
+            assert!(y.iter().all(|v| (v - 0.5).abs() < 1e-6), "{y:?}");
+            assert_eq!(m.wait[0].len(), s.fw_ms.len());
+        }
+        let (p, t) = m.predict(&all).unwrap();
+        let measured: Vec<f64> = data.iter().flat_map(|s| s.fw_ms.iter().copied()).collect();
+        for ((p, t), w) in p.iter().zip(&t).zip(m.wait.iter().flatten()) {
+            assert!(p >= w, "prediction {p} below the wait {w}");
+            assert!(t.is_finite());
+        }
+        for (t, m) in t.iter().zip(&measured) {
+            assert!((t - m).abs() < 1e-5);
+        }
+        let bw = CommModel::new(&data, Direction::Backward, &all, 1).unwrap();
+        assert!(bw.y.iter().flatten().all(|v| (v - 0.2).abs() < 1e-6));
     }
 }

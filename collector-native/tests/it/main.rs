@@ -521,6 +521,7 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
         initial_samples: 12,
         comm_samples: 12,
         comm_max_delay_ms: 5.0,
+        comm_row_wise_max: 0.5,
         comm_preset: None,
         start_profile: None,
         extra_data: Vec::new(),

@@ -135,6 +135,13 @@ pub struct CommCard {
     pub bw_file: String,
     /// Forward graph file (input `x` [N, 2D] → `comm_ms` [N, D]).
     pub fw_file: String,
+    /// Whether the forward graph predicts each device's forward time beyond its wait for the last device
+    /// to start ([`super::start_wait_ms`]), which the model then adds back. An exchange cannot finish on
+    /// any device before every device has joined it; measured, that wait is almost all of a waiting
+    /// device's forward time, and a network left to learn it from a few hundred samples learns it badly.
+    /// `false` (cards written before it): the graph predicts the whole forward time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fw_after_wait: bool,
     /// Metrics per named evaluation (e.g. `bw/test`, `fw/test`).
     pub metrics: BTreeMap<String, SplitMetrics>,
     /// Training data.

@@ -556,6 +556,16 @@ pub fn start_delays_ms(compute_ms: &[f64], bw_comm_ms: &[f64], definition: CostD
     }
 }
 
+/// Each device's wait for the last device to start the forward exchange: `max delay − delay`. A device's
+/// forward time is this wait plus the exchange itself; the learned comm models that say so
+/// ([`card::CommCard::fw_after_wait`]) predict only the exchange, and the trainer takes this same wait off
+/// the measured times they learn from.
+#[must_use]
+pub fn start_wait_ms(delays_ms: &[f64]) -> Vec<f64> {
+    let last = delays_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    delays_ms.iter().map(|d| last - d).collect()
+}
+
 /// The bottleneck device and the plan's cost under `model`: the largest device total, or with the
 /// model's [`CostModel::plan_error_sd`] the expected largest ([`expected_max_ms`]). [`evaluate`] and the
 /// searches price plans through it; measured plans take the plain [`bottleneck`].

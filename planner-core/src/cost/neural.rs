@@ -685,7 +685,11 @@ impl CostModel for NeuralModel {
             (Some(g), _) => {
                 let raw: Vec<f64> = dims.iter().chain(delays_ms).copied().collect();
                 let x = g.card.fw_normalisation.apply(&raw);
-                Ok(g.fw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0)).collect())
+                let exchange = g.fw.run(1, &x)?.into_iter().map(|v| f64::from(v).max(0.0));
+                if !g.card.fw_after_wait {
+                    return Ok(exchange.collect());
+                }
+                Ok(exchange.zip(super::start_wait_ms(delays_ms)).map(|(e, w)| e + w).collect())
             }
             (None, Some(f)) => f.fw_comm_ms(dims, delays_ms),
             (None, None) => Ok(Vec::new()),

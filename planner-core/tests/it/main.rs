@@ -172,3 +172,26 @@ fn four_phase_ignores_delays_and_is_never_above_neuroshard_for_the_analytical_mo
     assert!(b.devices.iter().all(|d| d.delay_ms == 0.0));
     assert!(a.devices.iter().any(|d| d.delay_ms > 0.0));
 }
+
+#[test]
+fn learned_cpu_comm_never_finishes_a_device_before_the_last_one_starts() {
+    // A forward exchange cannot complete on a device before every device has joined it: each device's
+    // predicted forward time is at least its wait for the last one, and a device that starts last waits
+    // for nobody. Measured, that wait is almost all of a waiting device's forward time.
+    for name in ["cpu-epyc-2t", "cpu-xeon-2t"] {
+        let model = planner_core::cost::profiles::load(name).unwrap();
+        for d in [4usize, 8] {
+            for k in 0..20u32 {
+                let dims: Vec<f64> = (0..d).map(|r| f64::from(16 * (1 + (k + r as u32) % 24))).collect();
+                let delays: Vec<f64> = (0..d).map(|r| f64::from((k * 7 + r as u32 * 13) % 41)).collect();
+                let fw = model.fw_comm_ms(&dims, &delays).unwrap();
+                let wait = planner_core::cost::start_wait_ms(&delays);
+                assert_eq!(fw.len(), d);
+                for (r, (f, w)) in fw.iter().zip(&wait).enumerate() {
+                    assert!(f >= w, "{name}, D = {d}, case {k}, device {r}: forward {f} ms below its wait {w} ms");
+                    assert!(*f < w + 20.0, "{name}, D = {d}, case {k}, device {r}: forward {f} ms, wait {w} ms");
+                }
+            }
+        }
+    }
+}
