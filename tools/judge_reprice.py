@@ -33,7 +33,11 @@ SHARDPLAN = ROOT / "target" / "release" / "shardplan"
 def reference_ms(model):
     """The reference-kernel time an embedded profile's costs are expressed at (its card's
     `compute.reference_ms`); None for a model without one."""
-    card = ROOT / "planner-core" / "profiles" / model.split(":", 1)[-1].split("+", 1)[0] / "card.json"
+    name = model.split(":", 1)[-1].split("+", 1)[0]
+    # A profile directory given by path (`--cost-model out/p`), or an embedded profile by name.
+    card = Path(name) / "card.json"
+    if not card.exists():
+        card = ROOT / "planner-core" / "profiles" / name / "card.json"
     if not card.exists():
         return None
     return json.loads(card.read_text())["compute"].get("reference_ms")

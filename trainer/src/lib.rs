@@ -67,6 +67,9 @@ pub struct ProfileOptions {
     pub speed_normalise: bool,
     /// Resume from checkpoints in `out/checkpoints`.
     pub resume: bool,
+    /// The networks learn the measured time over the memory-terms model fitted first on the same split
+    /// (`ComputeCard::on_terms`); needs the machine's cache size in the data's hardware note.
+    pub on_terms: bool,
     /// The command line, recorded in the card.
     pub command: String,
 }
@@ -83,6 +86,7 @@ impl ProfileOptions {
             ("loss", format!("{:?}", self.loss)),
             ("log_features", self.log_features.to_string()),
             ("speed_normalise", self.speed_normalise.to_string()),
+            ("on_terms", self.on_terms.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -165,9 +169,20 @@ fn pick(v: &[f64], idx: &[usize]) -> Vec<f64> {
 pub const MAX_MEMBERS: usize = 16;
 
 /// The members' predictions of every sample of `data`: `[member][sample]`.
-fn member_predictions(nets: &[net::ComputeNet], data: &[ComputeSample], loss: Loss) -> Result<Vec<Vec<f64>>> {
+fn member_predictions(
+    nets: &[net::ComputeNet],
+    data: &[ComputeSample],
+    loss: Loss,
+    base: Option<&[f64]>,
+) -> Result<Vec<Vec<f64>>> {
     let all: Vec<usize> = (0..data.len()).collect();
-    nets.iter().map(|net| ComputeModel { net, data, loss }.predict(&all)).collect()
+    nets.iter().map(|net| ComputeModel { net, data, loss, base }.predict(&all)).collect()
+}
+
+/// Per sample, the memory-terms model's time of its set, ms.
+fn terms_base(card: &planner_core::cost::terms::TermsCard, samples: &[ComputeSample], batch: u32) -> Result<Vec<f64>> {
+    let t = planner_core::cost::terms::Terms::new(card, batch, "the profile being trained")?;
+    Ok(samples.iter().map(|s| t.set_ms(&s.piece_refs())).collect())
 }
 
 /// Mean over members per sample, each member clamped at 0 as the planner does.
@@ -240,6 +255,19 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
         );
     }
     refuse_other_profile(&opts.out, &data.sha256)?;
+    // The memory-terms model, where the collector recorded the machine's last-level cache (the CPU
+    // backend does; a GPU profile gets one from `shardplan-train fit-terms --llc-mib`), fitted on the
+    // networks' own training split; with `on_terms` the networks learn what it misses.
+    let llc = terms::llc_from_hardware(&data.hardware);
+    let terms_card = llc.map(|llc| terms::fit_terms(&data, opts.train.seed, llc)).transpose()?;
+    let base = match (&terms_card, opts.on_terms) {
+        (Some(t), true) => Some(terms_base(t, &data.compute, data.batch_size)?),
+        (None, true) => bail!(
+            "`--on-terms` needs the memory-terms model, and the data's hardware note records no last-level cache size \
+             (the CPU collector records it; a GPU profile has no terms model to learn on)"
+        ),
+        (_, false) => None,
+    };
     let ckpt = opts.out.join("checkpoints");
     let run = opts.checkpoint_run(&data.sha256);
     let checkpoints = Checkpoints { dir: &ckpt, resume: opts.resume, run: &run };
@@ -260,7 +288,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             (0..tr.len()).map(|_| tr[rng.random_range(0..tr.len())]).collect()
         };
         let net = net::ComputeNet::new(seed)?;
-        let model = ComputeModel { net: &net, data: &data.compute, loss: opts.loss };
+        let model = ComputeModel { net: &net, data: &data.compute, loss: opts.loss, base: base.as_deref() };
         let label = if m == 0 { "compute".to_string() } else { format!("compute_m{m}") };
         let cfg = TrainConfig { seed, ..opts.train.clone() };
         let outcome = train(&model, &label, &train_idx, &va, &cfg, Some(checkpoints))?;
@@ -269,7 +297,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     }
     let targets: Vec<f64> = data.compute.iter().map(|s| s.target_ms).collect();
     let all: Vec<usize> = (0..data.compute.len()).collect();
-    let preds = member_predictions(&nets, &data.compute, opts.loss)?;
+    let preds = member_predictions(&nets, &data.compute, opts.loss, base.as_deref())?;
     let pred = ensemble_mean(&preds);
     // Every sample's target, prediction and split, for looking at where the model errs.
     let split_of = |i: usize| {
@@ -361,13 +389,17 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
             );
         }
         let t: Vec<f64> = unseen_samples.iter().map(|s| s.target_ms).collect();
-        let p = ensemble_mean(&member_predictions(&nets, &unseen_samples, opts.loss)?);
+        let unseen_base = match &terms_card {
+            Some(t) if opts.on_terms => Some(terms_base(t, &unseen_samples, unseen.batch_size)?),
+            _ => None,
+        };
+        let p = ensemble_mean(&member_predictions(&nets, &unseen_samples, opts.loss, unseen_base.as_deref())?);
         compute_metrics.insert("neural/unseen/test".into(), metrics(&p, &t));
         let a: Vec<f64> =
             analytical_predictions(&unseen_samples, unseen.batch_size)?.iter().map(|x| x * scale).collect();
         compute_metrics.insert("analytical-calibrated/unseen/test".into(), metrics(&a, &t));
     }
-    finish_profile(opts, &nets, &data, norm, reference_ms, compute_metrics, interval, &pred, &all)
+    finish_profile(opts, &nets, &data, norm, reference_ms, compute_metrics, interval, terms_card, &pred, &all)
 }
 
 /// Files of a profile to write: (name, bytes).
@@ -476,13 +508,23 @@ fn finish_profile(
     reference_ms: Option<f64>,
     compute_metrics: BTreeMap<String, SplitMetrics>,
     interval: Option<IntervalCard>,
+    compute_terms: Option<planner_core::cost::terms::TermsCard>,
     pred: &[f64],
     all: &[usize],
 ) -> Result<ProfileOutcome> {
     let ckpt = opts.out.join("checkpoints");
     let run = opts.checkpoint_run(&data.sha256);
     let checkpoints = Checkpoints { dir: &ckpt, resume: opts.resume, run: &run };
-    let doc = format!("shardplan profile {}; see card.json", opts.name);
+    let doc = if opts.on_terms {
+        format!(
+            "shardplan profile {}; see card.json. The compute graphs output the factor over the card's memory-terms time \
+             (compute.on_terms), not milliseconds",
+            opts.name
+        )
+    } else {
+        format!("shardplan profile {}; see card.json", opts.name)
+    };
+    let head_output = if opts.on_terms { "over_terms" } else { "cost_ms" };
     let dataset = DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: data.compute.len() };
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     let mut ensemble = Vec::new();
@@ -492,7 +534,7 @@ fn finish_profile(
         let suffix = if m == 0 { String::new() } else { format!("_m{m}") };
         let (enc_file, head_file) = (format!("compute_encoder{suffix}.onnx"), format!("compute_head{suffix}.onnx"));
         files.push((enc_file.clone(), export::mlp_graph("encoder", "features", "embedding", &enc, &doc)));
-        files.push((head_file.clone(), export::mlp_graph("head", "set_sum", "cost_ms", &head, &doc)));
+        files.push((head_file.clone(), export::mlp_graph("head", "set_sum", head_output, &head, &doc)));
         if m == 0 {
             files.push(("compute_end_to_end.onnx".into(), export::compute_end_to_end(&enc, &head, &doc)));
         } else {
@@ -522,13 +564,10 @@ fn finish_profile(
             reference_ms,
             metrics: compute_metrics,
             dataset,
+            on_terms: opts.on_terms,
         },
         comm: comm_cards,
-        // The memory-terms model, where the collector recorded the machine's last-level cache (the CPU
-        // backend does); a GPU profile gets one from `shardplan-train fit-terms --llc-mib`.
-        compute_terms: terms::llc_from_hardware(&data.hardware)
-            .map(|llc| terms::fit_terms(data, opts.train.seed, llc))
-            .transpose()?,
+        compute_terms,
     };
     let card_json = serde_json::to_string_pretty(&card)?;
     files.push(("card.json".into(), card_json.clone().into_bytes()));

@@ -28,16 +28,21 @@ pub struct ComputeModel<'a> {
     pub data: &'a [ComputeSample],
     /// The loss minimised.
     pub loss: Loss,
+    /// Per sample, the memory-terms model's time (ms) the network's output multiplies, when the network
+    /// learns on the terms (`ComputeCard::on_terms`); `None`: the output is the time.
+    pub base: Option<&'a [f64]>,
 }
 
 impl ComputeModel<'_> {
-    /// Predicted ms of the samples `idx`.
+    /// Predicted ms of the samples `idx` (the network's output times the sample's terms time, when it
+    /// learns on the terms).
     pub fn predict(&self, idx: &[usize]) -> Result<Vec<f64>> {
         let mut out = Vec::with_capacity(idx.len());
         for chunk in idx.chunks(1024) {
             let sets: Vec<&[Vec<f32>]> = chunk.iter().map(|&i| self.data[i].features.as_slice()).collect();
             let (x, m) = pad_sets(&sets, planner_core::features::NEUROSHARD_LEN)?;
-            out.extend(self.net.forward(&x, &m)?.to_vec1::<f32>()?.into_iter().map(f64::from));
+            let raw = self.net.forward(&x, &m)?.to_vec1::<f32>()?;
+            out.extend(chunk.iter().zip(raw).map(|(&i, v)| f64::from(v) * self.base.map_or(1.0, |b| b[i])));
         }
         Ok(out)
     }
@@ -52,7 +57,12 @@ impl Trainable for ComputeModel<'_> {
         let sets: Vec<&[Vec<f32>]> = idx.iter().map(|&i| self.data[i].features.as_slice()).collect();
         let (x, m) = pad_sets(&sets, planner_core::features::NEUROSHARD_LEN)?;
         let y: Vec<f32> = idx.iter().map(|&i| self.data[i].target_ms as f32).collect();
-        let diff = (self.net.forward(&x, &m)? - Tensor::from_vec(y.clone(), idx.len(), &Device::Cpu)?)?;
+        let mut out = self.net.forward(&x, &m)?;
+        if let Some(base) = self.base {
+            let b: Vec<f32> = idx.iter().map(|&i| base[i] as f32).collect();
+            out = (out * Tensor::from_vec(b, idx.len(), &Device::Cpu)?)?;
+        }
+        let diff = (out - Tensor::from_vec(y.clone(), idx.len(), &Device::Cpu)?)?;
         match self.loss {
             Loss::Mse => Ok(diff.sqr()?.mean_all()?),
             Loss::Relative => {

@@ -59,6 +59,11 @@ pub struct ProfileArgs {
     /// `measured`: on the times as measured (`docs/COST_MODELS.md`, "Speed").
     #[arg(long, value_enum, default_value_t = Speed::Reference)]
     pub speed: Speed,
+    /// The networks learn the measured time over the memory-terms model (fitted first, on the same
+    /// training split): a set's compute is the terms' time times the network's output. Needs the
+    /// machine's cache size in the data (the CPU collector records it).
+    #[arg(long)]
+    pub on_terms: bool,
     /// Continue from the checkpoints in OUT/checkpoints.
     #[arg(long)]
     pub resume: bool,
@@ -91,6 +96,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
         log_features: !a.plain_features,
         speed_normalise: a.speed == Speed::Reference,
         resume: a.resume,
+        on_terms: a.on_terms,
         command: crate::common::command_line(),
     };
     let outcome = train_profile(&opts)?;

@@ -202,6 +202,13 @@ pub fn fit_into_profile(profile: &Path, datasets: &[PathBuf], llc_mib: Option<f6
     let text = std::fs::read_to_string(&card_path)
         .with_context(|| format!("reading the profile's card {}", card_path.display()))?;
     let mut card = ModelCard::from_json(&text).with_context(|| format!("reading {}", card_path.display()))?;
+    if card.compute.on_terms {
+        bail!(
+            "profile `{}`'s networks learned on its memory-terms model (compute.on_terms): refitting the terms alone \
+             would change what they scale; retrain the profile (`shardplan-train profile --on-terms`) instead",
+            card.name
+        );
+    }
     // The cache size is settled before any dataset is read.
     let llc = match llc_mib {
         Some(m) if m.is_finite() && m > 0.0 && m <= 1e6 => (m * 1024.0 * 1024.0).round() as u64,

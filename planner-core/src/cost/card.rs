@@ -93,6 +93,13 @@ pub struct ComputeCard {
     pub metrics: BTreeMap<String, SplitMetrics>,
     /// Training data.
     pub dataset: DatasetInfo,
+    /// The networks learned the measured time *over the card's memory-terms model* (`compute_terms`): a
+    /// set's compute is the terms model's time of the set times the head's output, so the networks learn
+    /// only what the terms miss (fusion, contention), and the cache behaviour the terms count from the
+    /// access bins is not left to extrapolation. The end-to-end and head graphs then output that factor,
+    /// not milliseconds. Absent (false) in cards written before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_terms: bool,
 }
 
 /// The graph files of one further ensemble member (same shapes as the first member's).
@@ -227,6 +234,12 @@ impl ModelCard {
         }
         if let Some(t) = &self.compute_terms {
             t.coefficients(&self.name)?;
+        } else if c.on_terms {
+            return mismatch(
+                "compute on_terms",
+                "a memory-terms model (`compute_terms`) for the networks to scale".into(),
+                "none".into(),
+            );
         }
         for comm in &self.comm {
             let d = comm.devices;

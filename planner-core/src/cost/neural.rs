@@ -26,6 +26,7 @@ use tract_onnx::prelude::{Framework, InferenceModelExt, IntoRunnable, Tensor, Ty
 use super::card::{CommCard, ENCODER_WIDTHS, HEAD_WIDTHS, ModelCard};
 use super::incremental::{IncrementalCompute, add_into, to_fixed};
 use super::native::NativeMlp;
+use super::terms::Terms;
 use super::{AnalyticalModel, CostModel, PieceRef};
 use crate::error::{Error, Result};
 use crate::features::{NEUROSHARD_LEN, Normalisation, neuroshard_raw};
@@ -205,6 +206,8 @@ struct Caches {
     embeddings: Vec<[f32; EMBED_LEN]>,
     /// Fixed-point first-layer projections of the embeddings (with a native head).
     projections: Vec<Vec<i64>>,
+    /// Fixed-point memory-terms time of each piece, ms (a profile whose networks learned on the terms).
+    bases: Vec<i64>,
     sets: HashMap<Vec<u32>, f64>,
     stats: CacheStats,
 }
@@ -251,6 +254,9 @@ pub struct NeuralModel {
     /// The relative error plans are priced with at their expected slowest device
     /// ([`NeuralModel::with_expected_max`]; `None`: at their largest device total).
     plan_sd: Option<f64>,
+    /// The memory-terms model the networks' output scales, when the card says they learned on it
+    /// ([`super::card::ComputeCard::on_terms`]).
+    terms: Option<Terms>,
 }
 
 /// Mean and sample standard deviation of an ensemble's members' predictions (sd 0 for one member).
@@ -293,6 +299,10 @@ impl NeuralModel {
             let fw = Graph::load(&card.name, &format!("fw comm D={d}"), get(&cc.fw_file)?, 2 * d, d)?;
             comm.insert(d, CommGraphs { card: cc.clone(), bw, fw });
         }
+        let terms = match (&card.compute_terms, card.compute.on_terms) {
+            (Some(t), true) => Some(Terms::new(t, card.compute.batch_size, &card.name)?),
+            _ => None,
+        };
         Ok(Self {
             card,
             members,
@@ -303,6 +313,7 @@ impl NeuralModel {
             use_set_cache: true,
             risk: 0.0,
             plan_sd: None,
+            terms,
         })
     }
 
@@ -449,22 +460,14 @@ impl NeuralModel {
     /// Per-member costs of the set of interned pieces `ids`.
     fn members_of(&self, caches: &Caches, ids: &[u32]) -> Result<Vec<f64>> {
         let k = self.members.len();
+        let scale = self.terms_scale(ids.iter().map(|&id| caches.bases.get(id as usize).copied().unwrap_or(0)).sum());
         if self.native {
-            let width = self.vector_len() / k;
+            let width = self.head_width() / k;
             let mut sum = vec![0i64; width * k];
             for &id in ids {
                 add_into(&mut sum, &caches.projections[id as usize]);
             }
-            return Ok(self
-                .members
-                .iter()
-                .enumerate()
-                .map(|(m, member)| {
-                    member
-                        .native_head()
-                        .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
-                })
-                .collect());
+            return Ok(self.native_members(&sum, width).map(|v| v * scale).collect());
         }
         (0..k)
             .map(|m| {
@@ -474,9 +477,29 @@ impl NeuralModel {
                         *a += b;
                     }
                 }
-                Ok(self.member_head_ms(m, &[s])?.first().copied().unwrap_or(0.0))
+                Ok(self.member_head_ms(m, &[s])?.first().copied().unwrap_or(0.0) * scale)
             })
             .collect()
+    }
+
+    /// Every member's head output (clamped at 0) from a fixed-point sum of first-layer projections,
+    /// `width` values per member.
+    fn native_members<'s>(&'s self, sum: &'s [i64], width: usize) -> impl Iterator<Item = f64> + 's {
+        self.members.iter().enumerate().map(move |(m, member)| {
+            member.native_head().map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
+        })
+    }
+
+    /// What the heads' output is multiplied by: the set's memory-terms time (ms; `base` its fixed-point
+    /// sum over the pieces) when the networks learned on the terms, else 1.
+    fn terms_scale(&self, base: i64) -> f64 {
+        if self.terms.is_some() { base as f64 / super::incremental::FIXED_SCALE } else { 1.0 }
+    }
+
+    /// Length of the members' first-layer projections, one after another (the incremental vector less
+    /// the terms time).
+    fn head_width(&self) -> usize {
+        self.members.iter().map(|m| m.native_head().map_or(0, NativeMlp::first_width)).sum()
     }
 
     /// The calibrated interval multiplier of the ensemble, if the profile has one.
@@ -515,6 +538,8 @@ impl NeuralModel {
                 if self.native {
                     caches.projections.push(projection);
                 }
+                let base = self.terms.as_ref().map_or(0.0, |t| t.piece_ms(&pieces[*i]));
+                caches.bases.push(to_fixed(&self.card.name, base)?);
                 caches.piece_ids.insert(keys[*i], id);
                 caches.stats.pieces_embedded += 1;
             }
@@ -546,7 +571,7 @@ impl IncrementalCompute for NeuralModel {
         if !self.native {
             return 0;
         }
-        self.members.iter().map(|m| m.native_head().map_or(0, NativeMlp::first_width)).sum()
+        self.head_width() + usize::from(self.terms.is_some())
     }
 
     fn piece_vectors(&self, pieces: &[PieceRef<'_>]) -> Result<Vec<f64>> {
@@ -559,6 +584,9 @@ impl IncrementalCompute for NeuralModel {
                 message: "no native head: piece vectors are unavailable".into(),
             })?;
             out.extend(super::incremental::from_fixed(p));
+            if self.terms.is_some() {
+                out.push(caches.bases[id as usize] as f64 / super::incremental::FIXED_SCALE);
+            }
         }
         Ok(out)
     }
@@ -568,7 +596,9 @@ impl IncrementalCompute for NeuralModel {
             && let Some(n) = member.native_head()
         {
             // The search's hot path: the sum is never stored.
-            return risk_adjusted(&[n.output_from_fixed_pair(sum, extra).max(0.0)], self.risk);
+            let w = n.first_width();
+            let scale = self.terms_scale(sum.get(w).copied().unwrap_or(0) + extra.get(w).copied().unwrap_or(0));
+            return risk_adjusted(&[n.output_from_fixed_pair(&sum[..w], &extra[..w]).max(0.0) * scale], self.risk);
         }
         for ((s, a), b) in scratch.iter_mut().zip(sum).zip(extra) {
             *s = a + b;
@@ -578,22 +608,15 @@ impl IncrementalCompute for NeuralModel {
 
     fn head_ms(&self, sum: &[i64]) -> f64 {
         let k = self.members.len();
+        let heads = self.head_width();
+        let scale = self.terms_scale(sum.get(heads).copied().unwrap_or(0));
+        let sum = &sum[..heads.min(sum.len())];
         if let [member] = &self.members[..] {
             // One model: no members to average (the search's hot path; no allocation).
             let v = member.native_head().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0));
-            return risk_adjusted(&[v], self.risk);
+            return risk_adjusted(&[v * scale], self.risk);
         }
-        let width = sum.len() / k.max(1);
-        let members: Vec<f64> = self
-            .members
-            .iter()
-            .enumerate()
-            .map(|(m, member)| {
-                member
-                    .native_head()
-                    .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
-            })
-            .collect();
+        let members: Vec<f64> = self.native_members(sum, heads / k.max(1)).map(|v| v * scale).collect();
         risk_adjusted(&members, self.risk)
     }
 }
