@@ -5,7 +5,8 @@ Usage: tools/judge_reprice.py BENCH_PLANS [--cost-model NAME] [-- EVALUATE_FLAGS
   e.g. tools/judge_reprice.py bench-epyc-plans -- --expected-max
 
 BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
-`taskN_PLANNER.plan.json` and `taskN.measured.json` in each). Every measured plan is priced again by
+`taskN_PLANNER.plan.json` and `taskN.measured.json` in each), or an OUT_DIR of `tools/judge_variants.sh` (plans
+not in the folder are read where the measurement recorded them). Every measured plan is priced again by
 `target/release/shardplan evaluate --own-rule --cost-model NAME` (default: the model the bench priced it
 with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for the bench's own
 prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
@@ -59,7 +60,7 @@ def main():
     if not SHARDPLAN.exists():
         sys.exit(f"missing {SHARDPLAN}: cargo build --release -p shardplan-cli")
     root = Path(args[0])
-    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
+    cells = sorted(c for c in root.iterdir() if c.is_dir() and any(c.glob("task*.measured.json"))) if root.is_dir() else []
     if not cells:
         sys.exit(f"no cell folders in {root}")
     print(f"re-priced with: evaluate --own-rule {' '.join(extra)}")
@@ -82,7 +83,14 @@ def main():
             ref = reference_ms(name)
             scale = ref / doc["reference_ms"] if ref and doc.get("reference_ms") else 1.0
             task = measured.name[: -len(".measured.json")]
-            files = [str(cell / f"{task}_{p['planner'].replace('+', '-')}.plan.json") for p in plans]
+            # The plan the measurement recorded: its file in this folder, else at the recorded path (a
+            # `tools/judge_variants.sh` folder whose bench plans stay in the bench's folder), else the
+            # bench's name for the planner's plan.
+            files = []
+            for p in plans:
+                candidates = [cell / Path(p["plan"]).name, Path(p["plan"]), cell / f"{task}_{p['planner'].replace('+', '-')}.plan.json"]
+                files.append(str(next((c for c in candidates if c.exists()), candidates[0])))
+            labels = [Path(f).name[len(task) + 1 : -len(".plan.json")] for f in files]
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "priced.json"
                 cmd = [str(SHARDPLAN), "evaluate", *files, "--own-rule", "--cost-model", name, *extra, "--out", str(out)]
@@ -99,8 +107,8 @@ def main():
                     for a, b in zip(devices, p["measured"]["devices"]):
                         if a["compute_ms"] >= 0.5 and b["compute_ms"] > 0:
                             device_logs[kind].append(math.log(b["compute_ms"] * scale / a["compute_ms"]))
-            for p, q, m in zip(plans, priced, meas):
-                r = ratio.setdefault(p["planner"], {"bench": [], "new": []})
+            for p, q, m, label in zip(plans, priced, meas, labels):
+                r = ratio.setdefault(label, {"bench": [], "new": []})
                 r["bench"].append(m / p["predicted"]["cost_ms"])
                 r["new"].append(m / q["report"]["cost_ms"])
             tasks += 1

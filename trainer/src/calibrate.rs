@@ -102,8 +102,8 @@ pub struct CalibrateOptions {
     pub members: usize,
     /// Loss of the compute model.
     pub loss: Loss,
-    /// The networks learn on the memory-terms model (`ProfileOptions::on_terms`).
-    pub on_terms: bool,
+    /// What every round's compute networks learn (`ProfileOptions::target`).
+    pub target: crate::models::ComputeTarget,
     /// Measuring rounds of `measure-plan` on held-out tasks.
     pub measure_rounds: u32,
     /// Neighbour plans generated around each task's best plan.
@@ -431,7 +431,7 @@ fn train_round(opts: &CalibrateOptions, round: usize) -> Result<()> {
             log_features: true,
             speed_normalise: true,
             resume: true,
-            on_terms: opts.on_terms,
+            target: opts.target,
             command: format!("{} (round {round})", opts.command),
         };
         let outcome = train_profile(&p)?;

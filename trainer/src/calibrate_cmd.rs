@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use trainer::models::ComputeTarget;
 use trainer::train::TrainConfig;
 
 /// Arguments of `shardplan-train calibrate`.
@@ -97,9 +98,9 @@ pub struct CalibrateArgs {
     /// Loss of the compute model.
     #[arg(long, value_enum, default_value_t = trainer::models::Loss::Relative)]
     pub loss: trainer::models::Loss,
-    /// Every round's networks learn the measured time over the memory-terms model (`profile --on-terms`).
-    #[arg(long)]
-    pub on_terms: bool,
+    /// What every round's compute networks learn: `time` or `over-terms` (`shardplan-train profile --target`).
+    #[arg(long, value_enum, default_value_t = ComputeTarget::Time)]
+    pub target: ComputeTarget,
     /// Measuring rounds of every held-out task's plans.
     #[arg(long, default_value_t = 2)]
     pub measure_rounds: u32,
@@ -161,7 +162,7 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
         train: TrainConfig { epochs: a.epochs, batch: a.batch_size, lr: 1e-3, seed: a.seed, progress: false },
         members: a.members,
         loss: a.loss,
-        on_terms: a.on_terms,
+        target: a.target,
         measure_rounds: a.measure_rounds,
         neighbours: a.neighbours,
         timing: trainer::calibrate::CollectorTiming {

@@ -37,7 +37,7 @@ use planner_core::features::FeatureSchema;
 use rand::{RngExt, SeedableRng, rngs::ChaCha8Rng};
 
 use crate::data::{ComputeSample, Loaded, table_identity};
-use crate::models::{CommModel, ComputeModel, Direction, Loss, metrics};
+use crate::models::{CommModel, ComputeModel, ComputeTarget, Direction, Loss, metrics};
 use crate::train::{Checkpoints, TrainConfig, train};
 use shardplan_files::write_atomic;
 
@@ -67,9 +67,8 @@ pub struct ProfileOptions {
     pub speed_normalise: bool,
     /// Resume from checkpoints in `out/checkpoints`.
     pub resume: bool,
-    /// The networks learn the measured time over the memory-terms model fitted first on the same split
-    /// (`ComputeCard::on_terms`); needs the machine's cache size in the data's hardware note.
-    pub on_terms: bool,
+    /// What the compute networks learn: the time, or the time over the memory-terms model.
+    pub target: ComputeTarget,
     /// The command line, recorded in the card.
     pub command: String,
 }
@@ -86,7 +85,7 @@ impl ProfileOptions {
             ("loss", format!("{:?}", self.loss)),
             ("log_features", self.log_features.to_string()),
             ("speed_normalise", self.speed_normalise.to_string()),
-            ("on_terms", self.on_terms.to_string()),
+            ("target", format!("{:?}", self.target)),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -257,13 +256,14 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     refuse_other_profile(&opts.out, &data.sha256)?;
     // The memory-terms model, where the collector recorded the machine's last-level cache (the CPU
     // backend does; a GPU profile gets one from `shardplan-train fit-terms --llc-mib`), fitted on the
-    // networks' own training split; with `on_terms` the networks learn what it misses.
+    // networks' own training split; on it (`ComputeTarget::OverTerms`) the networks learn what it misses.
     let llc = terms::llc_from_hardware(&data.hardware);
     let terms_card = llc.map(|llc| terms::fit_terms(&data, opts.train.seed, llc)).transpose()?;
-    let base = match (&terms_card, opts.on_terms) {
+    let on_terms = opts.target == ComputeTarget::OverTerms;
+    let base = match (&terms_card, on_terms) {
         (Some(t), true) => Some(terms_base(t, &data.compute, data.batch_size)?),
         (None, true) => bail!(
-            "`--on-terms` needs the memory-terms model, and the data's hardware note records no last-level cache size \
+            "`--target over-terms` needs the memory-terms model, and the data's hardware note records no last-level cache size \
              (the CPU collector records it; a GPU profile has no terms model to learn on)"
         ),
         (_, false) => None,
@@ -390,7 +390,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
         }
         let t: Vec<f64> = unseen_samples.iter().map(|s| s.target_ms).collect();
         let unseen_base = match &terms_card {
-            Some(t) if opts.on_terms => Some(terms_base(t, &unseen_samples, unseen.batch_size)?),
+            Some(t) if on_terms => Some(terms_base(t, &unseen_samples, unseen.batch_size)?),
             _ => None,
         };
         let p = ensemble_mean(&member_predictions(&nets, &unseen_samples, opts.loss, unseen_base.as_deref())?);
@@ -515,7 +515,8 @@ fn finish_profile(
     let ckpt = opts.out.join("checkpoints");
     let run = opts.checkpoint_run(&data.sha256);
     let checkpoints = Checkpoints { dir: &ckpt, resume: opts.resume, run: &run };
-    let doc = if opts.on_terms {
+    let on_terms = opts.target == ComputeTarget::OverTerms;
+    let doc = if on_terms {
         format!(
             "shardplan profile {}; see card.json. The compute graphs output the factor over the card's memory-terms time \
              (compute.on_terms), not milliseconds",
@@ -524,7 +525,7 @@ fn finish_profile(
     } else {
         format!("shardplan profile {}; see card.json", opts.name)
     };
-    let head_output = if opts.on_terms { "over_terms" } else { "cost_ms" };
+    let head_output = if on_terms { "over_terms" } else { "cost_ms" };
     let dataset = DatasetInfo { files: data.files.clone(), sha256: data.sha256.clone(), samples: data.compute.len() };
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     let mut ensemble = Vec::new();
@@ -564,7 +565,7 @@ fn finish_profile(
             reference_ms,
             metrics: compute_metrics,
             dataset,
-            on_terms: opts.on_terms,
+            on_terms,
         },
         comm: comm_cards,
         compute_terms,

@@ -20,6 +20,17 @@ pub enum Loss {
     Relative,
 }
 
+/// What the compute networks learn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ComputeTarget {
+    /// The measured time (SPEC section 5).
+    #[default]
+    Time,
+    /// The measured time over the memory-terms model's time of the set, fitted first on the same
+    /// training split (`ComputeCard::on_terms`); needs the machine's cache size in the data.
+    OverTerms,
+}
+
 /// The compute set model over compute samples.
 pub struct ComputeModel<'a> {
     /// The network.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use trainer::models::ComputeTarget;
 use trainer::train::TrainConfig;
 use trainer::{ProfileOptions, train_profile};
 
@@ -59,11 +60,12 @@ pub struct ProfileArgs {
     /// `measured`: on the times as measured (`docs/COST_MODELS.md`, "Speed").
     #[arg(long, value_enum, default_value_t = Speed::Reference)]
     pub speed: Speed,
-    /// The networks learn the measured time over the memory-terms model (fitted first, on the same
-    /// training split): a set's compute is the terms' time times the network's output. Needs the
-    /// machine's cache size in the data (the CPU collector records it).
-    #[arg(long)]
-    pub on_terms: bool,
+    /// What the compute networks learn: `time`, or `over-terms`, the measured time over the memory-terms
+    /// model (fitted first, on the same training split), so that a set's compute is the terms' time times
+    /// the networks' output. `over-terms` needs the machine's cache size in the data (the CPU collector
+    /// records it).
+    #[arg(long, value_enum, default_value_t = ComputeTarget::Time)]
+    pub target: ComputeTarget,
     /// Continue from the checkpoints in OUT/checkpoints.
     #[arg(long)]
     pub resume: bool,
@@ -96,7 +98,7 @@ pub fn run(a: &ProfileArgs) -> Result<()> {
         log_features: !a.plain_features,
         speed_normalise: a.speed == Speed::Reference,
         resume: a.resume,
-        on_terms: a.on_terms,
+        target: a.target,
         command: crate::common::command_line(),
     };
     let outcome = train_profile(&opts)?;

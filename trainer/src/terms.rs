@@ -205,7 +205,7 @@ pub fn fit_into_profile(profile: &Path, datasets: &[PathBuf], llc_mib: Option<f6
     if card.compute.on_terms {
         bail!(
             "profile `{}`'s networks learned on its memory-terms model (compute.on_terms): refitting the terms alone \
-             would change what they scale; retrain the profile (`shardplan-train profile --on-terms`) instead",
+             would change what they scale; retrain the profile (`shardplan-train profile --target over-terms`) instead",
             card.name
         );
     }

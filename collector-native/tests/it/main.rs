@@ -532,7 +532,7 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
         train: trainer::train::TrainConfig { epochs: 3, batch: 8, lr: 1e-3, seed: 3, progress: false },
         members: 2,
         loss: trainer::models::Loss::Relative,
-        on_terms: false,
+        target: trainer::models::ComputeTarget::Time,
         measure_rounds: 1,
         neighbours: 2,
         timing: CollectorTiming { warmup: 0, reps: 1, flush: false, guard: false },

@@ -6,6 +6,11 @@
 //! feature vector), evaluates a device's set by adding vectors and running only the head, and caches
 //! set costs by the multiset of pieces. Comm models are plain MLPs per device count.
 //!
+//! A profile's networks may have learned the measured time over its memory-terms model
+//! ([`super::card::ComputeCard::on_terms`]): a set's compute is then the terms' time of the set
+//! ([`super::terms::Terms`], a sum over pieces) times the head's output, and a piece's incremental vector
+//! carries its terms time as one more component.
+//!
 //! A profile may hold an *ensemble*: several compute networks of the same shape trained from other seeds
 //! on bootstrap resamples. The compute cost is the mean of the members, and their spread, scaled by the
 //! card's calibrated `z`, is the prediction interval ([`NeuralModel::compute_members_ms`], used by
@@ -433,7 +438,8 @@ impl NeuralModel {
     }
 
     /// Runs the first member's head graph on f32 set sums (not the fixed-point path the set costs take);
-    /// costs in ms, clamped at 0 (a step never takes negative time).
+    /// costs in ms, clamped at 0 (a step never takes negative time) — for a profile whose networks learned
+    /// on the memory-terms model, the factor over the set's terms time instead.
     pub fn head_ms(&self, sums: &[[f32; EMBED_LEN]]) -> Result<Vec<f64>> {
         self.member_head_ms(0, sums)
     }
@@ -486,7 +492,9 @@ impl NeuralModel {
     /// `width` values per member.
     fn native_members<'s>(&'s self, sum: &'s [i64], width: usize) -> impl Iterator<Item = f64> + 's {
         self.members.iter().enumerate().map(move |(m, member)| {
-            member.native_head().map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
+            member
+                .native_head()
+                .map_or(0.0, |n| n.output_from_fixed_projection(&sum[m * width..(m + 1) * width]).max(0.0))
         })
     }
 
