@@ -122,6 +122,12 @@ def main():
     for name, ratio in by_planner_rows:
         print(f"- {name}: " + ", ".join(f"{pl} {gm(r['bench']):.2f} → {gm(r['new']):.2f}" for pl, r in ratio.items()))
     print()
+    print("plan MAPE (bias) at the reference speed by planner (bench → re-priced):")
+    # Measured m over predicted a is r = m / a, so (a − m) / m = 1 / r − 1.
+    err = lambda v: f"{100 * statistics.mean(abs(1 / x - 1) for x in v):.1f}% ({100 * statistics.mean(1 / x - 1 for x in v):+.1f}%)"
+    for name, ratio in by_planner_rows:
+        print(f"- {name}: " + ", ".join(f"{pl} {err(r['bench'])} → {err(r['new'])}" for pl, r in ratio.items()))
+    print()
     print("device compute, measured over predicted at the reference speed (devices predicted >= 0.5 ms):")
     print("| cell | devices | geometric mean, bench | re-priced | log s.d., bench | re-priced |")
     print("|---|---|---|---|---|---|")
