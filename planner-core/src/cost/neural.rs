@@ -264,6 +264,11 @@ pub struct NeuralModel {
     terms: Option<Terms>,
 }
 
+/// A fixed-point sum back in ms.
+fn from_fixed_sum(v: i64) -> f64 {
+    v as f64 / super::incremental::FIXED_SCALE
+}
+
 /// Mean and sample standard deviation of an ensemble's members' predictions (sd 0 for one member).
 #[must_use]
 pub fn members_mean_sd(members: &[f64]) -> (f64, f64) {
@@ -466,7 +471,7 @@ impl NeuralModel {
     /// Per-member costs of the set of interned pieces `ids`.
     fn members_of(&self, caches: &Caches, ids: &[u32]) -> Result<Vec<f64>> {
         let k = self.members.len();
-        let scale = self.terms_scale(ids.iter().map(|&id| caches.bases.get(id as usize).copied().unwrap_or(0)).sum());
+        let scale = self.terms_scale(caches, ids);
         if self.native {
             let width = self.head_width() / k;
             let mut sum = vec![0i64; width * k];
@@ -498,10 +503,13 @@ impl NeuralModel {
         })
     }
 
-    /// What the heads' output is multiplied by: the set's memory-terms time (ms; `base` its fixed-point
-    /// sum over the pieces) when the networks learned on the terms, else 1.
-    fn terms_scale(&self, base: i64) -> f64 {
-        if self.terms.is_some() { base as f64 / super::incremental::FIXED_SCALE } else { 1.0 }
+    /// What the heads' output is multiplied by: the memory-terms time (ms) of the set of interned pieces
+    /// `ids` when the networks learned on the terms, else 1.
+    fn terms_scale(&self, caches: &Caches, ids: &[u32]) -> f64 {
+        if self.terms.is_none() {
+            return 1.0;
+        }
+        from_fixed_sum(ids.iter().map(|&id| caches.bases[id as usize]).sum())
     }
 
     /// Length of the members' first-layer projections, one after another (the incremental vector less
@@ -546,8 +554,9 @@ impl NeuralModel {
                 if self.native {
                     caches.projections.push(projection);
                 }
-                let base = self.terms.as_ref().map_or(0.0, |t| t.piece_ms(&pieces[*i]));
-                caches.bases.push(to_fixed(&self.card.name, base)?);
+                if let Some(t) = &self.terms {
+                    caches.bases.push(to_fixed(&self.card.name, t.piece_ms(&pieces[*i]))?);
+                }
                 caches.piece_ids.insert(keys[*i], id);
                 caches.stats.pieces_embedded += 1;
             }
@@ -593,7 +602,7 @@ impl IncrementalCompute for NeuralModel {
             })?;
             out.extend(super::incremental::from_fixed(p));
             if self.terms.is_some() {
-                out.push(caches.bases[id as usize] as f64 / super::incremental::FIXED_SCALE);
+                out.push(from_fixed_sum(caches.bases[id as usize]));
             }
         }
         Ok(out)
@@ -605,7 +614,7 @@ impl IncrementalCompute for NeuralModel {
         {
             // The search's hot path: the sum is never stored.
             let w = n.first_width();
-            let scale = self.terms_scale(sum.get(w).copied().unwrap_or(0) + extra.get(w).copied().unwrap_or(0));
+            let scale = self.terms.as_ref().map_or(1.0, |_| from_fixed_sum(sum[w] + extra[w]));
             return risk_adjusted(&[n.output_from_fixed_pair(&sum[..w], &extra[..w]).max(0.0) * scale], self.risk);
         }
         for ((s, a), b) in scratch.iter_mut().zip(sum).zip(extra) {
@@ -616,15 +625,17 @@ impl IncrementalCompute for NeuralModel {
 
     fn head_ms(&self, sum: &[i64]) -> f64 {
         let k = self.members.len();
-        let heads = self.head_width();
-        let scale = self.terms_scale(sum.get(heads).copied().unwrap_or(0));
-        let sum = &sum[..heads.min(sum.len())];
+        // The vector is the members' projections, then (on the terms) the set's terms time.
+        let (sum, scale) = match (&self.terms, sum.split_last()) {
+            (Some(_), Some((base, heads))) => (heads, from_fixed_sum(*base)),
+            _ => (sum, 1.0),
+        };
         if let [member] = &self.members[..] {
             // One model: no members to average (the search's hot path; no allocation).
             let v = member.native_head().map_or(0.0, |n| n.output_from_fixed_projection(sum).max(0.0));
             return risk_adjusted(&[v * scale], self.risk);
         }
-        let members: Vec<f64> = self.native_members(sum, heads / k.max(1)).map(|v| v * scale).collect();
+        let members: Vec<f64> = self.native_members(sum, sum.len() / k.max(1)).map(|v| v * scale).collect();
         risk_adjusted(&members, self.risk)
     }
 }
