@@ -230,6 +230,13 @@ pub struct JudgeSummary {
     pub accuracy_at_reference_speed: Option<Accuracy>,
     /// Mean coefficient of variation of a plan's cost across measuring rounds, %: the judge's own noise.
     pub measurement_cv_pct: Option<f64>,
+    /// The judge against itself: Kendall's tau-b between each task's plans ranked by their mean cost
+    /// over the even-numbered measuring rounds and over the odd-numbered ones, mean over the tasks whose
+    /// plans all have two rounds or more. A model cannot be shown to rank plans better than the judge
+    /// ranks them against itself; each half has half the rounds, so this is a lower bound on the whole
+    /// run's agreement with itself.
+    #[serde(default)]
+    pub self_tau_mean: Option<f64>,
     /// Tasks where the plan predicted cheapest is also measured cheapest.
     pub same_winner: usize,
     /// Per planner.
@@ -289,6 +296,22 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         })
         .collect();
     let defined: Vec<f64> = taus.iter().flatten().copied().collect();
+    let self_taus: Vec<f64> = tasks
+        .iter()
+        .filter(|t| t.plans.len() > 1 && t.plans.iter().all(|p| p.round_costs_ms.len() > 1))
+        .filter_map(|t| {
+            let half = |h: usize| -> Vec<f64> {
+                t.plans
+                    .iter()
+                    .map(|p| {
+                        let v: Vec<f64> = p.round_costs_ms.iter().skip(h).step_by(2).copied().collect();
+                        v.iter().sum::<f64>() / v.len() as f64
+                    })
+                    .collect()
+            };
+            kendall_tau(&half(0), &half(1))
+        })
+        .collect();
     let at_reference = tasks
         .iter()
         .all(|t| t.speed_factor.is_some_and(|f| f.is_finite() && f > 0.0))
@@ -303,6 +326,7 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         accuracy: accuracy(tasks, |_| 1.0),
         accuracy_at_reference_speed: at_reference,
         measurement_cv_pct: mean_of(&cvs),
+        self_tau_mean: mean_of(&self_taus),
         same_winner,
         planners: rows,
     }

@@ -550,7 +550,7 @@ fn print_report(r: &RoundReport) {
     for (cell, s) in &r.cells {
         let a = s.accuracy_at_reference_speed.as_ref().unwrap_or(&s.accuracy);
         eprintln!(
-            "round {} {cell}: {} tasks, plan MAPE {} as measured, {} at the reference speed (bias {}), device MAPE {}, tau {}, interval coverage {}, judge cv {}",
+            "round {} {cell}: {} tasks, plan MAPE {} as measured, {} at the reference speed (bias {}), device MAPE {}, tau {} (the judge against itself {}), interval coverage {}, judge cv {}",
             r.round,
             s.tasks,
             show(s.accuracy.plan_mape_pct, &|v| format!("{v:.1}%")),
@@ -558,6 +558,7 @@ fn print_report(r: &RoundReport) {
             show(a.plan_bias_pct, &|v| format!("{v:+.1}%")),
             show(a.device_mape_pct, &|v| format!("{v:.1}%")),
             show(s.kendall_tau_mean, &|v| format!("{v:.2}")),
+            show(s.self_tau_mean, &|v| format!("{v:.2}")),
             show(a.interval_coverage, &|c| format!("{:.0}%", 100.0 * c)),
             show(s.measurement_cv_pct, &|v| format!("{v:.1}%")),
         );

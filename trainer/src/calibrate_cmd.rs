@@ -175,15 +175,15 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
     };
     let reports = calibrate(&opts)?;
     println!(
-        "| round | samples | cell | plan MAPE % as measured | at reference speed | bias % | device MAPE % | tau | interval coverage | judge cv % |"
+        "| round | samples | cell | plan MAPE % as measured | at reference speed | bias % | device MAPE % | tau | the judge's own tau | interval coverage | judge cv % |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
     for r in &reports {
         for (cell, s) in &r.cells {
             let a = s.accuracy_at_reference_speed.as_ref().unwrap_or(&s.accuracy);
             println!(
-                "| {} | {} | {cell} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {cell} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.round,
                 r.samples,
                 pct(s.accuracy.plan_mape_pct),
@@ -191,6 +191,7 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
                 a.plan_bias_pct.map_or_else(|| "-".to_string(), |x| format!("{x:+.1}")),
                 pct(a.device_mape_pct),
                 s.kendall_tau_mean.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
+                s.self_tau_mean.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
                 a.interval_coverage.map_or_else(|| "-".into(), |c| format!("{:.0}%", 100.0 * c)),
                 pct(s.measurement_cv_pct),
             );

@@ -249,7 +249,8 @@ fn measured_markdown(m: &MeasuredCell) -> String {
          Kendall's tau (predicted vs measured ranking of the planners' plans) per task: {}; **mean {}**; same winner on {}/{} tasks. \
          MAPE of plan cost as measured {} (bias {}), of device cost {}; inside the predicted interval {}. \
          At the cost model's reference speed: MAPE of plan cost {at_speed}. \
-         The judge's noise (cv of a plan's cost across rounds): {}. Files: `{}`.\n",
+         The judge's noise (cv of a plan's cost across rounds): {}; the judge against itself (tau, even rounds vs odd): {}, \
+         the most a model's tau can be shown to reach here. Files: `{}`.\n",
         s.plans,
         m.tasks,
         m.skipped.len(),
@@ -262,6 +263,7 @@ fn measured_markdown(m: &MeasuredCell) -> String {
         pct(a.device_mape_pct),
         a.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
         pct(s.measurement_cv_pct),
+        opt(s.self_tau_mean, 2),
         m.dir
     )];
     let rows: Vec<Vec<String>> = s
