@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How far the measured judge agrees with itself: the same plans measured in two bench runs.
 
-Usage: tools/judge_repeatability.py RUN_A RUN_B
-       tools/judge_repeatability.py RUN
+Usage: tools/judge_repeatability.py [--per-set-speed] RUN_A RUN_B
+       tools/judge_repeatability.py [--per-set-speed] RUN
 
 RUN_A and RUN_B are `bench-plans` folders written by `shardplan bench --measure-with` (one sub-folder per
 cell, `taskN_PLANNER.plan.json` and `taskN.measured.json` in each). For every task measured in both runs,
@@ -21,7 +21,11 @@ here is the ceiling for the "Kendall's tau" goal on that machine and protocol. W
 halves of one run are compared instead: every plan's mean over its even-numbered measuring rounds
 against its mean over the odd-numbered ones (with 2 rounds, the first round against the second; the plans
 of a task are interleaved, so both halves saw the same conditions); a half has half the repetitions, so
-this agreement is a lower bound on the run's own. Standard library only.
+this agreement is a lower bound on the run's own. A plan's cost over some of its rounds is computed as
+`measure-plan` computes it over all of them (per device, the median compute plus the median all-to-alls;
+the largest device total). `--per-set-speed` first scales each round's compute of a device by the run's
+reference-kernel reading over the reading taken right after that set was timed (runs that record
+`round_device_reference_ms`). Standard library only.
 """
 
 import json
@@ -32,26 +36,59 @@ from itertools import combinations
 from pathlib import Path
 
 
-def load_cell(cell: Path, half=None):
+def plan_cost(p, run_reference_ms, rounds=None, per_set_speed=False):
+    """One measured plan's cost, ms: the largest device total of the medians over `rounds` (all by default)
+    of each round's compute, backward and forward all-to-all, as `measure-plan` computes it. With
+    `per_set_speed`, each round's compute of a device is first expressed at the run's reference speed: times
+    the run's reference reading over the one taken right after that set was timed (runs that record
+    `round_device_reference_ms`); a host whose speed drifts within a run then stops moving single sets."""
+    devices = p.get("round_devices_ms") or []
+    if not devices:
+        if rounds is None:
+            return p["measured"]["cost_ms"]
+        return statistics.mean(p["round_costs_ms"][r] for r in rounds)
+    rounds = range(len(devices)) if rounds is None else rounds
+    refs = p.get("round_device_reference_ms") or []
+    if per_set_speed and (not refs or not run_reference_ms):
+        sys.exit(f"plan {p['plan']}: --per-set-speed needs a run that records round_device_reference_ms")
+    totals = []
+    for d in range(len(devices[0])):
+        compute, comm = [], []
+        for r in rounds:
+            c, bw, fw = devices[r][d]
+            if per_set_speed and refs[r][d] > 0:
+                c *= run_reference_ms / refs[r][d]
+            compute.append(c)
+            comm.append(bw + fw)
+        totals.append(statistics.median(compute) + statistics.median(comm))
+    return max(totals)
+
+
+def load_cell(cell: Path, half=None, per_set_speed=False):
     """{task index: (reference_ms, {planner: (pieces, cost_ms)})} for one cell folder; with `half` (0 or 1),
-    each plan's mean cost over its even-numbered (0) or odd-numbered (1) measuring rounds instead of its
-    overall cost."""
+    each plan's cost over its even-numbered (0) or odd-numbered (1) measuring rounds instead of all of
+    them; `per_set_speed` as in `plan_cost`."""
     out = {}
     for measured in sorted(cell.glob("task*.measured.json")):
         task = measured.name[len("task") : -len(".measured.json")]
         doc = json.loads(measured.read_text())
         plans = {}
         for p in doc["plans"]:
-            name = p["planner"]
-            plan_file = cell / f"task{task}_{name.replace('+', '-')}.plan.json"
-            pieces = json.loads(plan_file.read_text())["pieces"] if plan_file.exists() else None
-            if half is None:
-                cost = p["measured"]["cost_ms"]
-            elif len(p["round_costs_ms"]) >= 2:
-                cost = statistics.mean(p["round_costs_ms"][half::2])
+            # Labelled by the plan's file (`taskN_LABEL.plan.json`) where the measurement names one: the
+            # variants of `tools/judge_variants.sh` share their planner's name; else by the planner.
+            recorded = Path(p["plan"]).name
+            prefix = f"task{task}_"
+            if recorded.startswith(prefix) and recorded.endswith(".plan.json"):
+                name = recorded[len(prefix) : -len(".plan.json")]
             else:
+                name = p["planner"].replace("+", "-")
+            plan_file = next((f for f in (cell / f"{prefix}{name}.plan.json", Path(p["plan"])) if f.exists()), None)
+            pieces = json.loads(plan_file.read_text())["pieces"] if plan_file else None
+            n = len(p["round_costs_ms"])
+            if half is not None and n < 2:
                 sys.exit(f"{measured}: plan {name} has fewer than 2 rounds to split in halves")
-            plans[name] = (pieces, cost)
+            rounds = None if half is None else range(half, n, 2)
+            plans[name] = (pieces, plan_cost(p, doc.get("reference_ms"), rounds, per_set_speed))
         out[task] = (doc.get("reference_ms"), plans)
     return out
 
@@ -89,10 +126,13 @@ def spread(ratios):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    per_set_speed = "--per-set-speed" in args
+    args = [a for a in args if a != "--per-set-speed"]
+    if len(args) not in (1, 2):
         sys.exit(__doc__.split("\n\n")[1])
-    a_root, b_root = Path(sys.argv[1]), Path(sys.argv[-1])
-    halves = len(sys.argv) == 2
+    a_root, b_root = Path(args[0]), Path(args[-1])
+    halves = len(args) == 1
     for root in (a_root, b_root):
         if not root.is_dir():
             sys.exit(f"not a folder: {root}")
@@ -101,9 +141,9 @@ def main():
         sys.exit(f"no cell folder is in both {a_root} and {b_root}")
     for cell in cells:
         if halves:
-            a, b = load_cell(a_root / cell, 0), load_cell(b_root / cell, 1)
+            a, b = load_cell(a_root / cell, 0, per_set_speed), load_cell(b_root / cell, 1, per_set_speed)
         else:
-            a, b = load_cell(a_root / cell), load_cell(b_root / cell)
+            a, b = load_cell(a_root / cell, None, per_set_speed), load_cell(b_root / cell, None, per_set_speed)
         ratios, ratios_ref, rel, taus, same_winner, tasks, differing = [], [], [], [], 0, 0, 0
         for task in sorted(set(a) & set(b), key=int):
             (ref_a, pa), (ref_b, pb) = a[task], b[task]

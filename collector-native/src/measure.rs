@@ -111,6 +111,8 @@ pub struct SetTime {
     pub bwd_ms: f64,
     /// Coefficient of variation of the repetitions' totals.
     pub reps_cv: f64,
+    /// The guard's reference-kernel reading taken right after this timing, ms (none without a guard).
+    pub reference_ms: Option<f64>,
 }
 
 /// Generates (and caches) the lookups of pieces: one table's batch is generated once per run.
@@ -168,6 +170,7 @@ pub fn time_set(
         fwd_ms: median(&times.fwd_ms),
         bwd_ms: median(&times.bwd_ms),
         reps_cv: cv(&total),
+        reference_ms: conditions.reference_ms,
     };
     Ok((t, conditions, lookups))
 }
@@ -301,8 +304,8 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         order.shuffle(&mut rng);
         for &s in &order {
             let what = format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
-            let (t, c, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
-            references.extend(c.reference_ms);
+            let (t, _, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
+            references.extend(t.reference_ms);
             set_times[s].push(t);
             done += 1;
             if !quiet {
@@ -384,6 +387,15 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
                     .collect()
             })
             .collect();
+        let round_device_reference: Vec<Vec<f64>> = if references.is_empty() {
+            Vec::new()
+        } else {
+            (0..rounds)
+                .map(|r| {
+                    plan_sets[p].iter().map(|s| s.and_then(|s| set_times[s][r].reference_ms).unwrap_or(0.0)).collect()
+                })
+                .collect()
+        };
         let n = doc.task.devices.count();
         let by_device = plan.pieces_by_device(n);
         let usage = planner_core::memory::plan_usage(&doc.task, plan)?;
@@ -441,6 +453,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             cost_cv: cv(&round_costs),
             round_costs_ms: round_costs,
             round_devices_ms: round_devices,
+            round_device_reference_ms: round_device_reference,
         });
     }
     let report = MeasuredPlans {

@@ -97,6 +97,11 @@ pub struct MeasuredPlan {
     /// Every round's device times, ms: `[round][device] = [compute, backward comm, forward comm]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub round_devices_ms: Vec<Vec<[f64; 3]>>,
+    /// Every round's reference-kernel reading taken right after each device's compute was timed, ms:
+    /// `[round][device]` (0 for a device without pieces). Expresses each set timing at one machine
+    /// speed, for a host whose speed drifts within a run (`tools/judge_repeatability.py --per-set-speed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_device_reference_ms: Vec<Vec<f64>>,
     /// Coefficient of variation of `round_costs_ms` (sd / mean; 0 with one round).
     pub cost_cv: f64,
 }

@@ -295,6 +295,8 @@ fn measure_plan_reports_the_planners_breakdown() {
         assert_eq!(m.devices.len(), 2);
         assert_eq!(p.round_costs_ms.len(), 3);
         assert!(p.round_costs_ms.iter().all(|&c| c > 0.0) && p.cost_cv >= 0.0);
+        // Without a guard no reference kernel is timed, and no reading is recorded.
+        assert!(p.round_device_reference_ms.is_empty());
         for d in &m.devices {
             assert_eq!(d.pieces.len(), 2);
             assert!(d.compute_ms > 0.0);
