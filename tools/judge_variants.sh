@@ -2,7 +2,7 @@
 # Does a planning option make the plans faster when measured? Replans a measured bench cell's tasks with
 # each variant and times the variants beside the bench's own plans, interleaved in the same rounds.
 #
-# Usage: tools/judge_variants.sh CELL_DIR OUT_DIR LABEL=ALGO[:FLAGS] [LABEL=ALGO[:FLAGS] ...]
+# Usage: tools/judge_variants.sh CELL_DIR OUT_DIR [LABEL=ALGO[:FLAGS] ...]
 #   e.g. tools/judge_variants.sh bench-epyc-plans/d8_dim32 out/emax/d8_dim32 \
 #          'refine-emax=neuroshard+refine:--expected-max' 'risk1=neuroshard+refine:--risk 1'
 #
@@ -13,11 +13,12 @@
 # and the variants' plans are then measured together by `measure-plan`, interleaved in the same rounds, so
 # every comparison is made within one measurement. Prints each plan's measured mean and every variant's
 # paired gain over each bench plan (mean ± standard error over tasks, tasks where it was not slower).
+# With no variant, the bench's plans named in BASE are measured again: a second sitting (e.g. ROUNDS=4).
 # Needs target/release/{shardplan,shardplan-collect}. Reruns reuse the plans and measurements on disk.
 # Environment: COST_MODEL (cpu-epyc-2t), BASE ("torchrec neuroshard neuroshard-refine"), BATCH (4096),
 # ROUNDS (2), REPS (6).
 set -euo pipefail
-if [ $# -lt 3 ]; then
+if [ $# -lt 2 ]; then
   sed -n '2,19p' "$0" >&2
   exit 2
 fi
