@@ -43,24 +43,25 @@ def plan_cost(p, run_reference_ms, rounds=None, per_set_speed=False):
     the run's reference reading over the one taken right after that set was timed (runs that record
     `round_device_reference_ms`); a host whose speed drifts within a run then stops moving single sets."""
     devices = p.get("round_devices_ms") or []
+    if rounds is None and not per_set_speed:
+        return p["measured"]["cost_ms"]
     if not devices:
-        if rounds is None:
-            return p["measured"]["cost_ms"]
-        return statistics.mean(p["round_costs_ms"][r] for r in rounds)
+        return statistics.mean(p["round_costs_ms"][r] for r in (rounds or range(len(p["round_costs_ms"]))))
     rounds = range(len(devices)) if rounds is None else rounds
     refs = p.get("round_device_reference_ms") or []
     if per_set_speed and (not refs or not run_reference_ms):
         sys.exit(f"plan {p['plan']}: --per-set-speed needs a run that records round_device_reference_ms")
     totals = []
     for d in range(len(devices[0])):
-        compute, comm = [], []
+        compute, bws, fws = [], [], []
         for r in rounds:
             c, bw, fw = devices[r][d]
             if per_set_speed and refs[r][d] > 0:
                 c *= run_reference_ms / refs[r][d]
             compute.append(c)
-            comm.append(bw + fw)
-        totals.append(statistics.median(compute) + statistics.median(comm))
+            bws.append(bw)
+            fws.append(fw)
+        totals.append(statistics.median(compute) + statistics.median(bws) + statistics.median(fws))
     return max(totals)
 
 
