@@ -10,7 +10,8 @@ not in the folder are read where the measurement recorded them). Every measured 
 `target/release/shardplan evaluate --own-rule --cost-model NAME` (default: the model the bench priced it
 with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for the bench's own
 prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
-scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans, and
+scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans (beside
+the judge's own: its even rounds against its odd ones, as `judge_repeatability.py` computes it), and
 measured over predicted plan cost by planner (geometric mean); and per cell, every measured device's
 compute over its predicted compute (geometric mean and log standard deviation). Nothing is measured. Standard library and
 `judge_repeatability.py` (beside it) only.
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_repeatability import kendall_tau  # noqa: E402  (the same tau-b as the judge's own agreement)
+from judge_repeatability import kendall_tau, plan_cost  # noqa: E402  (the judge's own tau-b and plan cost)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
@@ -64,14 +65,15 @@ def main():
     if not cells:
         sys.exit(f"no cell folders in {root}")
     print(f"re-priced with: evaluate --own-rule {' '.join(extra)}")
-    print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced |")
-    print("|---|---|---|---|---|---|")
+    print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced | the judge against itself |")
+    print("|---|---|---|---|---|---|---|")
     by_planner_rows = []
     device_rows = []
     for cell in cells:
         ape = {"bench": [], "new": []}
         bias = {"bench": [], "new": []}
         taus = {"bench": [], "new": []}
+        self_taus = []
         ratio = {}
         device_logs = {"bench": [], "new": []}
         tasks = 0
@@ -97,6 +99,10 @@ def main():
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 priced = json.loads(out.read_text())
             meas = [p["measured"]["cost_ms"] * scale for p in plans]
+            if all(len(p["round_costs_ms"]) > 1 for p in plans):
+                n = len(plans[0]["round_costs_ms"])
+                halves = [[plan_cost(p, doc.get("reference_ms"), range(h, n, 2)) for p in plans] for h in (0, 1)]
+                self_taus.append(kendall_tau(*halves))
             for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", [q["report"]["cost_ms"] for q in priced])):
                 for a, m in zip(pred, meas):
                     ape[kind].append(abs(a - m) / m)
@@ -113,7 +119,8 @@ def main():
                 r["new"].append(m / q["report"]["cost_ms"])
             tasks += 1
         f = lambda k: f"{100 * statistics.mean(ape[k]):.1f}% ({100 * statistics.mean(bias[k]):+.1f}%)"
-        print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} |")
+        own = f"{statistics.mean(self_taus):.2f}" if self_taus else "-"
+        print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} | {own} |")
         by_planner_rows.append((cell.name, ratio))
         device_rows.append((cell.name, device_logs))
     print()
