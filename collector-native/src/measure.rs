@@ -157,22 +157,20 @@ pub fn time_set(
     batch: u32,
     timing: Timing,
     what: &str,
-) -> Result<(SetTime, planner_core::dataset::Conditions, Vec<u64>)> {
+) -> Result<SetTime> {
     let tables: Vec<TableSpec> = pieces.iter().map(WorkPiece::kernel_table).collect();
     check_fp32(&tables)?;
     check_fits(backend, 0, &tables).with_context(|| what.to_string())?;
     let bags = pieces.iter().map(|p| cache.get(p, batch)).collect::<Result<Vec<_>>>()?;
-    let lookups = bags.iter().map(|b| b.indices.len() as u64).collect();
     let (times, conditions) = guard.measure(backend, what, true, |b| b.compute(0, &tables, bags.clone(), 0, timing))?;
     let total: Vec<f64> = times.fwd_ms.iter().zip(&times.bwd_ms).map(|(f, b)| f + b).collect();
-    let t = SetTime {
+    Ok(SetTime {
         total_ms: median(&total),
         fwd_ms: median(&times.fwd_ms),
         bwd_ms: median(&times.bwd_ms),
         reps_cv: cv(&total),
         reference_ms: conditions.reference_ms,
-    };
-    Ok((t, conditions, lookups))
+    })
 }
 
 /// The device sets of one plan: for every device, the pieces it holds (lookups seeded per table).
@@ -304,7 +302,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         order.shuffle(&mut rng);
         for &s in &order {
             let what = format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
-            let (t, _, _) = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
+            let t = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
             references.extend(t.reference_ms);
             set_times[s].push(t);
             done += 1;
@@ -326,7 +324,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
                         break;
                     }
                     let what = format!("round {} of {rounds}, set {s} again (outlier)", r + 1);
-                    times[r] = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?.0;
+                    times[r] = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
                     retimed += 1;
                 }
             }

@@ -301,13 +301,9 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         .filter(|t| t.plans.len() > 1 && t.plans.iter().all(|p| p.round_costs_ms.len() > 1))
         .filter_map(|t| {
             let half = |h: usize| -> Vec<f64> {
-                t.plans
-                    .iter()
-                    .map(|p| {
-                        let v: Vec<f64> = p.round_costs_ms.iter().skip(h).step_by(2).copied().collect();
-                        v.iter().sum::<f64>() / v.len() as f64
-                    })
-                    .collect()
+                let mean =
+                    |p: &JudgedPlan| mean_of(&p.round_costs_ms.iter().skip(h).step_by(2).copied().collect::<Vec<_>>());
+                t.plans.iter().filter_map(mean).collect()
             };
             kendall_tau(&half(0), &half(1))
         })
