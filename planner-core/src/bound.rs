@@ -188,8 +188,7 @@ impl Bnb<'_> {
             return Ok(());
         }
         if k == order.len() {
-            let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
-            let cost = self.ev.plan_cost(compute, &dims)?;
+            let cost = self.ev.plan_cost(sets, compute)?;
             if cost < self.best_cost {
                 self.best_cost = cost;
                 self.best = Some(pieces.iter().zip(devices.iter()).map(|(&(t, o, w), &d)| (t, o, w, d)).collect());

@@ -46,8 +46,9 @@ pub struct CostArgs {
     #[arg(long, default_value_t = 0.0)]
     pub risk: f64,
     /// With a trained profile, price a plan at the expected time of its slowest device, each device's
-    /// compute uncertain by the profile's validation error, instead of its largest predicted total: the
-    /// search then keeps slack where several devices would otherwise tie at the top.
+    /// compute uncertain by the profile's validation error (devices holding pieces of the same tables
+    /// erring together), instead of its largest predicted total: the search then keeps slack where
+    /// several devices would otherwise tie at the top.
     #[arg(long)]
     pub expected_max: bool,
     /// With a trained profile, price compute with its memory-terms model (a fitted, non-negative cost per

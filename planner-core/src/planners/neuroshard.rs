@@ -434,8 +434,7 @@ impl<'t> Search<'t> {
         }
         let mut best: Option<Outcome> = None;
         for g in &groups {
-            let dims: Vec<u64> = g.sets.iter().map(|s| s.dims).collect();
-            let cost_ms = self.ev.plan_cost(&g.compute, &dims)?;
+            let cost_ms = self.ev.plan_cost(&g.sets, &g.compute)?;
             if best.as_ref().is_none_or(|b| cost_ms < b.cost_ms) {
                 best = Some(Outcome { overflow: 0, cost_ms, devices: g.devices.clone(), misfit: None });
             }
@@ -502,8 +501,7 @@ impl<'t> Search<'t> {
             compute[d] = c;
             devices[i] = d;
         }
-        let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
-        let cost_ms = self.ev.plan_cost(&compute, &dims)?;
+        let cost_ms = self.ev.plan_cost(&sets, &compute)?;
         Ok(Outcome { overflow: self.ev.overflow(&sets), cost_ms, devices, misfit })
     }
 

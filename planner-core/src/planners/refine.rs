@@ -389,9 +389,7 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
     for s in &sets {
         compute.push(ev.set_cost(s)?);
     }
-    let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
-    let rows = ev.row_pieces(&sets.iter().collect::<Vec<_>>());
-    let (bottleneck, cost_ms) = ev.plan_times(&compute, &dims, &rows)?;
+    let (bottleneck, cost_ms) = ev.plan_times(&sets.iter().collect::<Vec<_>>(), &compute)?;
     let overflow = ev.overflow(&sets);
     let mut st = State { ev, pieces, sets, compute, cost_ms, overflow, bottleneck };
     let mut rng = ChaCha8Rng::seed_from_u64(ctx.seed);
@@ -435,15 +433,12 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
                     continue;
                 }
                 let mut compute = st.compute.clone();
-                let mut dims: Vec<u64> = st.sets.iter().map(|s| s.dims).collect();
                 let mut after: Vec<&DeviceSet> = st.sets.iter().collect();
                 for (d, s) in &touched {
                     compute[*d] = st.ev.set_cost(s)?;
-                    dims[*d] = s.dims;
                     after[*d] = s;
                 }
-                let rows = st.ev.row_pieces(&after);
-                let (bottleneck, cost_ms) = st.ev.plan_times(&compute, &dims, &rows)?;
+                let (bottleneck, cost_ms) = st.ev.plan_times(&after, &compute)?;
                 let better = overflow < st.overflow || cost_ms < st.cost_ms - 1e-9 * st.cost_ms.abs().max(1.0);
                 if better {
                     let (pieces, touched) = st.apply(c, true)?;

@@ -14,7 +14,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::SearchStats;
 use crate::cost::incremental::{FIXED_SCALE, add_into, to_fixed};
-use crate::cost::{CostDefinition, CostModel, IncrementalCompute, PieceRef, device_times, plan_cost};
+use crate::cost::{
+    CostDefinition, CostModel, IncrementalCompute, PieceRef, TableShares, device_times, piece_weight, plan_cost, table_shares,
+};
 use crate::error::{Error, Result};
 use crate::task::Task;
 
@@ -322,16 +324,17 @@ impl<'a> Evaluator<'a> {
         self.set_cost_with(&set, id)
     }
 
-    /// The plan's cost from per-device compute and dim sums (SPEC section 1, this evaluator's definition),
-    /// for a plan without row pieces.
-    pub fn plan_cost(&mut self, compute: &[f64], dims: &[u64]) -> Result<f64> {
-        Ok(self.plan_times(compute, dims, &[])?.1)
+    /// The plan's cost when device `d` holds `sets[d]` at compute `compute[d]` (SPEC section 1, this
+    /// evaluator's definition).
+    pub fn plan_cost(&mut self, sets: &[DeviceSet], compute: &[f64]) -> Result<f64> {
+        let sets: Vec<&DeviceSet> = sets.iter().collect();
+        Ok(self.plan_times(&sets, compute)?.1)
     }
 
     /// `(device, table, dim)` of the row pieces of `sets` (device `d` holding `sets[d]`) when the task has
     /// several hosts (the network prices them: [`crate::topology::Topology::network_dims`]); empty
     /// otherwise, where they change nothing.
-    pub fn row_pieces(&self, sets: &[&DeviceSet]) -> Vec<(usize, usize, u32)> {
+    fn row_pieces(&self, sets: &[&DeviceSet]) -> Vec<(usize, usize, u32)> {
         if !self.task.topology.as_ref().is_some_and(crate::topology::Topology::is_multi_host) {
             return Vec::new();
         }
@@ -347,26 +350,37 @@ impl<'a> Evaluator<'a> {
         out
     }
 
-    /// The bottleneck device and the plan's cost from per-device compute and dim sums, and the plan's
-    /// row pieces ([`Evaluator::row_pieces`]).
-    pub fn plan_times(
-        &mut self,
-        compute: &[f64],
-        dims: &[u64],
-        row_pieces: &[(usize, usize, u32)],
-    ) -> Result<(usize, f64)> {
+    /// What each device's compute is made of, for a model that prices the expected slowest device
+    /// ([`crate::cost::table_shares`]); empty for one that does not.
+    fn shares(&self, sets: &[&DeviceSet]) -> Vec<TableShares> {
+        if self.model.plan_error_sd().is_none() {
+            return Vec::new();
+        }
+        table_shares(
+            sets.len(),
+            sets.iter().enumerate().flat_map(|(d, set)| {
+                set.ids.iter().map(move |&id| {
+                    let p = &self.pieces[id as usize];
+                    (d, p.table, piece_weight(&self.task.tables[p.table], p.dim, p.rows))
+                })
+            }),
+        )
+    }
+
+    /// The bottleneck device and the plan's cost when device `d` holds `sets[d]` at compute `compute[d]`.
+    pub fn plan_times(&mut self, sets: &[&DeviceSet], compute: &[f64]) -> Result<(usize, f64)> {
         self.stats.plan_evaluations += 1;
+        let dims: Vec<u64> = sets.iter().map(|s| s.dims).collect();
+        let row_pieces = self.row_pieces(sets);
+        let shares = self.shares(sets);
         let price = |ev: &Self| -> Result<(usize, f64)> {
             let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-            Ok(plan_cost(
-                ev.model,
-                compute,
-                &device_times(ev.model, compute, &dims_f, row_pieces, ev.definition, ev.task.topology.as_ref())?
-                    .total_ms,
-            ))
+            let times = device_times(ev.model, compute, &dims_f, &row_pieces, ev.definition, ev.task.topology.as_ref())?;
+            Ok(plan_cost(ev.model, compute, &times.total_ms, &shares))
         };
-        // (The memo's key is compute and dims: a plan with row pieces is priced afresh.)
-        if !self.memo_plans || !row_pieces.is_empty() {
+        // (The memo's key is compute and dims: a plan with row pieces, or priced at its expected slowest
+        // device, which depends on what the devices hold, is priced afresh.)
+        if !self.memo_plans || !row_pieces.is_empty() || !shares.is_empty() {
             return price(self);
         }
         let key: Vec<u64> = compute.iter().map(|c| c.to_bits()).chain(dims.iter().copied()).collect();
@@ -382,5 +396,40 @@ impl<'a> Evaluator<'a> {
     /// Bytes over the usable memory, summed over devices.
     pub fn overflow(&self, sets: &[DeviceSet]) -> u128 {
         sets.iter().enumerate().map(|(d, s)| self.over(s, d)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_search_prices_the_expected_slowest_device_as_the_report_does() {
+        // TorchRec's plan shares tables row-wise across devices: the correlated expected maximum is what
+        // both the searches and `evaluate` price, to rounding.
+        let devices = crate::task::Devices::uniform(4, 4 << 30).unwrap();
+        let task = crate::task::sample_task(devices, 64, Some(30), 5, 0).unwrap();
+        let emax = crate::cost::ModelChoice { expected_max: true, ..crate::cost::ModelChoice::new("cpu-epyc-2t") }
+            .build()
+            .unwrap();
+        let ctx = crate::planners::PlanContext::new(emax.as_ref(), 1);
+        let plan = crate::planners::planner("torchrec").unwrap().build().plan(&task, &ctx).unwrap();
+        assert!(plan.pieces().iter().any(|p| p.rows.is_some()), "the test wants a plan with row pieces");
+        let report = crate::cost::evaluate(&task, &plan, emax.as_ref(), CostDefinition::NeuroShard).unwrap();
+        let mut ev = Evaluator::new(&task, emax.as_ref(), CostDefinition::NeuroShard, false).unwrap();
+        let want: Vec<(usize, u32, u64)> =
+            plan.pieces().iter().map(|p| (p.table_id, p.dim, p.row_count(task.tables[p.table_id].rows))).collect();
+        let ids = ev.register(&want).unwrap();
+        let mut sets = vec![ev.empty_set(); 4];
+        for (p, &id) in plan.pieces().iter().zip(&ids) {
+            ev.add(&mut sets[p.device], id);
+        }
+        let compute: Vec<f64> = sets.iter().map(|s| ev.set_cost(s).unwrap()).collect();
+        let searched = ev.plan_cost(&sets, &compute).unwrap();
+        assert!((searched / report.cost_ms - 1.0).abs() < 1e-9, "{searched} vs {}", report.cost_ms);
+        // Independent errors would price it higher.
+        let totals: Vec<f64> = report.devices.iter().map(|d| d.total_ms).collect();
+        let independent = crate::cost::expected_max_ms(&compute, &totals, emax.plan_error_sd().unwrap(), &[]);
+        assert!(report.cost_ms < independent, "{} vs {independent}", report.cost_ms);
     }
 }
