@@ -10,7 +10,11 @@ and for the bottleneck device's compute, with the share of devices the model und
 25%. A search that walks to the sets its model underprices shows up as a planner whose ratios sit above
 the others'. Then, over every cell, device compute by what the device holds (from the plan documents
 beside the measurements): only whole tables (by how many), a column piece of a table split column-wise,
-a row piece, two or more pieces of one table. Standard library only.
+a row piece, two or more pieces of one table. Last, whether two devices of one plan err together: the
+correlation of their log(measured / predicted compute), each task's mean taken off (the host's speed that
+day), by the cosine of what they hold (per table, its pieces' lookups × width, as `cost::piece_weight`
+weighs them; 0: no table in common, 1: the same tables in the same proportions, as a row-wise plan's
+devices). Standard library only.
 """
 
 import json
@@ -57,6 +61,7 @@ def main():
             )
         print()
     by_kind(cells)
+    together(cells)
 
 
 def device_kinds(plan, device):
@@ -105,6 +110,67 @@ def by_kind(cells):
         v = groups[kind]
         sd = statistics.pstdev([math.log(x) for x in v]) if len(v) > 1 else 0.0
         print(f"| {kind} | {len(v)} | {gmean(v):.3f} | {sd:.3f} |")
+    print()
+
+
+def table_shares(plan, device):
+    """Per table, the lookups × width of its pieces on `device` (`cost::piece_weight`)."""
+    tables = plan["task"]["tables"]
+    shares = {}
+    for p in plan["pieces"]:
+        if p["device"] != device:
+            continue
+        t = tables[p["table_id"]]
+        fraction = p["rows"]["count"] / t["rows"] if p.get("rows") and t["rows"] else 1.0
+        shares[p["table_id"]] = shares.get(p["table_id"], 0.0) + max(t["pooling_factor"], 0.0) * fraction * p["dim"]
+    return shares
+
+
+def cosine(a, b):
+    na, nb = math.sqrt(sum(v * v for v in a.values())), math.sqrt(sum(v * v for v in b.values()))
+    if na <= 0 or nb <= 0:
+        return 0.0
+    return sum(v * b.get(t, 0.0) for t, v in a.items()) / (na * nb)
+
+
+def together(cells):
+    """Correlation of two devices' errors within a plan, by the cosine of their table shares."""
+    bins = [(0.0, 1e-9, "0 (no table in common)"), (1e-9, 0.3, "(0, 0.3)"), (0.3, 0.7, "[0.3, 0.7)"),
+            (0.7, 0.95, "[0.7, 0.95)"), (0.95, 1.01, "[0.95, 1]")]
+    pairs = {label: [] for _, _, label in bins}
+    for cell in cells:
+        for path in sorted(cell.glob("task*.measured.json")):
+            logs = []
+            for p in json.loads(path.read_text())["plans"]:
+                doc = cell / Path(p["plan"]).name
+                if not doc.exists():
+                    continue
+                plan = json.loads(doc.read_text())
+                devs = [
+                    (math.log(b["compute_ms"] / a["compute_ms"]), table_shares(plan, a["device"]))
+                    for a, b in zip(p["predicted"]["devices"], p["measured"]["devices"])
+                    if a["compute_ms"] >= 0.5 and b["compute_ms"] > 0
+                ]
+                logs.append(devs)
+            flat = [r for devs in logs for r, _ in devs]
+            if len(flat) < 2:
+                continue
+            mean = statistics.mean(flat)
+            for devs in logs:
+                for i in range(len(devs)):
+                    for j in range(i + 1, len(devs)):
+                        c = cosine(devs[i][1], devs[j][1])
+                        label = next(lb for lo, hi, lb in bins if lo <= c < hi)
+                        pairs[label].append((devs[i][0] - mean, devs[j][0] - mean))
+    if not any(len(v) > 2 for v in pairs.values()):
+        return
+    print("## Every cell: do two devices of a plan err together? (log measured / predicted compute, task mean off)")
+    print("| cosine of what the two hold | pairs | correlation |")
+    print("|---|---|---|")
+    for _, _, label in bins:
+        v = pairs[label]
+        if len(v) > 2:
+            print(f"| {label} | {len(v)} | {statistics.correlation([a for a, _ in v], [b for _, b in v]):+.2f} |")
     print()
 
 

@@ -8,7 +8,8 @@ BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with
 `taskN.measured.json` in each). For every cell and pair, over the tasks where both planners' plans were
 measured: the gain (theirs − ours) / theirs of the measured plan cost, mean ± standard error over the tasks,
 and on how many tasks ours was not slower. Single planners, unlike the bench's own "best of `neuroshard` /
-`neuroshard+refine`" column (the best of two noisy measurements favours itself). With `--compute-only` a
+`neuroshard+refine`" column (the best of two noisy measurements favours itself). A plan is named by
+its planner or by its file's label (`taskN_LABEL.plan.json`, the variants of `tools/judge_variants.sh`). With `--compute-only` a
 plan's cost is its slowest device's measured compute alone, leaving out comm (which a bench measured with
 `--measure-comm-from-plan` took from the plan's prediction). Nothing is measured. Standard library and `paired_eval.py` (beside it) only.
 """
@@ -29,11 +30,23 @@ def plan_cost(measured, compute_only):
 
 
 def measured_costs(cell, compute_only):
-    """{task: {planner: measured plan cost ms}} of one cell folder."""
+    """{task: {name: measured plan cost ms}} of one cell folder. A plan is named by its file
+    (`taskN_LABEL.plan.json`: LABEL, as `tools/judge_variants.sh` names its variants) and, where no other
+    plan of the task has the same planner, by its planner too (`neuroshard+refine`)."""
     out = {}
     for f in sorted(cell.glob("task*.measured.json")):
         doc = json.loads(f.read_text())
-        out[f.name.split(".")[0]] = {p["planner"]: plan_cost(p["measured"], compute_only) for p in doc["plans"]}
+        task = f.name.split(".")[0]
+        planners = [p["planner"] for p in doc["plans"]]
+        costs = {}
+        for p in doc["plans"]:
+            cost = plan_cost(p["measured"], compute_only)
+            name = Path(p["plan"]).name
+            if name.startswith(task + "_") and name.endswith(".plan.json"):
+                costs[name[len(task) + 1 : -len(".plan.json")]] = cost
+            if planners.count(p["planner"]) == 1:
+                costs[p["planner"]] = cost
+        out[task] = costs
     return out
 
 
