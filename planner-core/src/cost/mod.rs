@@ -671,11 +671,11 @@ pub fn expected_max_ms(compute_ms: &[f64], totals_ms: &[f64], rel_sd: f64, share
     if !(rel_sd.is_finite() && rel_sd > 0.0) || totals_ms.is_empty() {
         return max;
     }
-    let n = totals_ms.len();
-    let mut order: Vec<usize> = (0..n).collect();
+    let count = totals_ms.len();
+    let mut order: Vec<usize> = (0..count).collect();
     order.sort_by(|&a, &b| totals_ms[b].total_cmp(&totals_ms[a]).then(a.cmp(&b)));
-    let sd: Vec<f64> = (0..n).map(|i| rel_sd * compute_ms.get(i).copied().unwrap_or(0.0).max(0.0)).collect();
-    let correlated = shares.len() == n;
+    let sd: Vec<f64> = (0..count).map(|i| rel_sd * compute_ms.get(i).copied().unwrap_or(0.0).max(0.0)).collect();
+    let correlated = shares.len() == count;
     let cov = |i: usize, j: usize| -> f64 {
         if i == j {
             sd[i] * sd[i]
@@ -687,15 +687,15 @@ pub fn expected_max_ms(compute_ms: &[f64], totals_ms: &[f64], rel_sd: f64, share
     };
     // The running maximum: its mean, variance and covariance with every device (read for those to come).
     let first = order[0];
-    let (mut mean, mut v) = (totals_ms[first], cov(first, first));
-    let mut with: Vec<f64> = if correlated { (0..n).map(|k| cov(first, k)).collect() } else { vec![0.0; n] };
+    let (mut mean, mut var) = (totals_ms[first], cov(first, first));
+    let mut with: Vec<f64> = if correlated { (0..count).map(|k| cov(first, k)).collect() } else { vec![0.0; count] };
     for (step, &i) in order.iter().enumerate().skip(1) {
         let (m2, v2) = (totals_ms[i], cov(i, i));
         // The spread of the difference; none (up to rounding of a correlation of 1) takes the larger.
-        let a = (v + v2 - 2.0 * with[i]).max(0.0).sqrt();
-        if a <= f64::EPSILON * mean.abs().max(1.0) || a <= 1e-6 * (v + v2).sqrt() {
+        let spread = (var + v2 - 2.0 * with[i]).max(0.0).sqrt();
+        if spread <= f64::EPSILON * mean.abs().max(1.0) || spread <= 1e-6 * (var + v2).sqrt() {
             if m2 > mean {
-                (mean, v) = (m2, v2);
+                (mean, var) = (m2, v2);
                 if correlated {
                     for &k in &order[step + 1..] {
                         with[k] = cov(i, k);
@@ -704,16 +704,16 @@ pub fn expected_max_ms(compute_ms: &[f64], totals_ms: &[f64], rel_sd: f64, share
             }
             continue;
         }
-        let alpha = (mean - m2) / a;
-        let (p, q, pdf) = (normal_cdf(alpha), normal_cdf(-alpha), normal_pdf(alpha));
-        let first = mean * p + m2 * q + a * pdf;
-        let second = (mean * mean + v) * p + (m2 * m2 + v2) * q + (mean + m2) * a * pdf;
+        let alpha = (mean - m2) / spread;
+        let (keep, take, pdf) = (normal_cdf(alpha), normal_cdf(-alpha), normal_pdf(alpha));
+        let first = mean * keep + m2 * take + spread * pdf;
+        let second = (mean * mean + var) * keep + (m2 * m2 + v2) * take + (mean + m2) * spread * pdf;
         if correlated {
             for &k in &order[step + 1..] {
-                with[k] = with[k] * p + cov(i, k) * q;
+                with[k] = with[k] * keep + cov(i, k) * take;
             }
         }
-        (mean, v) = (first, (second - first * first).max(0.0));
+        (mean, var) = (first, (second - first * first).max(0.0));
     }
     mean.max(max)
 }

@@ -15,7 +15,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::SearchStats;
 use crate::cost::incremental::{FIXED_SCALE, add_into, to_fixed};
 use crate::cost::{
-    CostDefinition, CostModel, IncrementalCompute, PieceRef, TableShares, device_times, piece_weight, plan_cost, table_shares,
+    CostDefinition, CostModel, IncrementalCompute, PieceRef, TableShares, device_times, piece_weight, plan_cost,
+    table_shares,
 };
 use crate::error::{Error, Result};
 use crate::task::Task;
@@ -375,7 +376,8 @@ impl<'a> Evaluator<'a> {
         let shares = self.shares(sets);
         let price = |ev: &Self| -> Result<(usize, f64)> {
             let dims_f: Vec<f64> = dims.iter().map(|&d| d as f64).collect();
-            let times = device_times(ev.model, compute, &dims_f, &row_pieces, ev.definition, ev.task.topology.as_ref())?;
+            let times =
+                device_times(ev.model, compute, &dims_f, &row_pieces, ev.definition, ev.task.topology.as_ref())?;
             Ok(plan_cost(ev.model, compute, &times.total_ms, &shares))
         };
         // (The memo's key is compute and dims: a plan with row pieces, or priced at its expected slowest
