@@ -9,9 +9,10 @@ BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with
 measured: the gain (theirs − ours) / theirs of the measured plan cost, mean ± standard error over the tasks,
 and on how many tasks ours was not slower. Single planners, unlike the bench's own "best of `neuroshard` /
 `neuroshard+refine`" column (the best of two noisy measurements favours itself). A plan is named by
-its planner or by its file's label (`taskN_LABEL.plan.json`, the variants of `tools/judge_variants.sh`). With `--compute-only` a
-plan's cost is its slowest device's measured compute alone, leaving out comm (which a bench measured with
-`--measure-comm-from-plan` took from the plan's prediction). Nothing is measured. Standard library and `paired_eval.py` (beside it) only.
+its planner or by its file's label (`taskN_LABEL.plan.json`, the variants of `tools/judge_variants.sh`).
+With `--compute-only` a plan's cost is its slowest device's measured compute alone, leaving out comm
+(which a bench measured with `--measure-comm-from-plan` took from the plan's prediction). Nothing is
+measured. Standard library and `paired_eval.py` (beside it) only.
 """
 
 import json
