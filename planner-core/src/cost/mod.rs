@@ -628,13 +628,16 @@ pub fn table_shares(devices: usize, pieces: impl IntoIterator<Item = (usize, usi
     out
 }
 
-/// The correlation of two devices' compute errors: the cosine of their [`TableShares`]. Measured plans
-/// show it (`docs/COST_MODELS.md`, "The expected slowest device"): devices holding pieces of the same
-/// tables err together (a row-wise table's pieces on every device most of all), devices sharing no
-/// table independently.
-fn error_correlation(a: &TableShares, b: &TableShares) -> f64 {
-    let norm = |s: &TableShares| s.iter().map(|&(_, w)| w * w).sum::<f64>().sqrt();
-    let (na, nb) = (norm(a), norm(b));
+/// The length of a device's [`TableShares`] as a vector of weights.
+fn shares_norm(s: &TableShares) -> f64 {
+    s.iter().map(|&(_, w)| w * w).sum::<f64>().sqrt()
+}
+
+/// The correlation of two devices' compute errors: the cosine of their [`TableShares`] `a` and `b`, whose
+/// [`shares_norm`]s are `na` and `nb`. Measured plans show it (`docs/COST_MODELS.md`, "The expected
+/// slowest device"): devices holding pieces of the same tables err together (a row-wise table's pieces on
+/// every device most of all), devices sharing no table independently.
+fn error_correlation(a: &TableShares, na: f64, b: &TableShares, nb: f64) -> f64 {
     if !(na > 0.0 && nb > 0.0) {
         return 0.0;
     }
@@ -676,11 +679,12 @@ pub fn expected_max_ms(compute_ms: &[f64], totals_ms: &[f64], rel_sd: f64, share
     order.sort_by(|&a, &b| totals_ms[b].total_cmp(&totals_ms[a]).then(a.cmp(&b)));
     let sd: Vec<f64> = (0..count).map(|i| rel_sd * compute_ms.get(i).copied().unwrap_or(0.0).max(0.0)).collect();
     let correlated = shares.len() == count;
+    let norms: Vec<f64> = if correlated { shares.iter().map(shares_norm).collect() } else { Vec::new() };
     let cov = |i: usize, j: usize| -> f64 {
         if i == j {
             sd[i] * sd[i]
         } else if correlated && sd[i] > 0.0 && sd[j] > 0.0 {
-            error_correlation(&shares[i], &shares[j]) * sd[i] * sd[j]
+            error_correlation(&shares[i], norms[i], &shares[j], norms[j]) * sd[i] * sd[j]
         } else {
             0.0
         }
@@ -744,6 +748,12 @@ mod tests {
 
     use super::*;
 
+    /// A standard normal draw (Box–Muller).
+    fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
+        let (u1, u2): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
     /// The mean over `draws` seeded draws of the largest `total + sd·compute·Z` (Box–Muller normals).
     fn monte_carlo_max(compute: &[f64], totals: &[f64], sd: f64, draws: usize) -> f64 {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
@@ -751,9 +761,7 @@ mod tests {
         for _ in 0..draws {
             let mut top = f64::NEG_INFINITY;
             for (c, t) in compute.iter().zip(totals) {
-                let (u1, u2): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
-                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-                top = top.max(t + sd * c * z);
+                top = top.max(t + sd * c * standard_normal(&mut rng));
             }
             sum += top;
         }
@@ -831,12 +839,11 @@ mod tests {
         let mut sum = 0.0;
         for _ in 0..draws {
             for v in &mut z {
-                let (u1, u2): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
-                *v = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                *v = standard_normal(&mut rng);
             }
             let mut top = f64::NEG_INFINITY;
             for ((c, t), s) in compute.iter().zip(totals).zip(shares) {
-                let norm = s.iter().map(|&(_, w)| w * w).sum::<f64>().sqrt();
+                let norm = shares_norm(s);
                 let e = s.iter().map(|&(k, w)| w * z[k]).sum::<f64>() / norm;
                 top = top.max(t + sd * c * e);
             }
@@ -860,7 +867,9 @@ mod tests {
         assert_eq!(summed, vec![vec![(0, 2.0), (1, 1.5)], vec![]]);
         // Half the weight shared: between the two.
         let half = table_shares(2, [(0, 0, 1.0), (0, 1, 1.0), (1, 0, 1.0), (1, 2, 1.0)]);
-        assert!((error_correlation(&half[0], &half[1]) - 0.5).abs() < 1e-12);
+        assert!(
+            (error_correlation(&half[0], shares_norm(&half[0]), &half[1], shares_norm(&half[1])) - 0.5).abs() < 1e-12
+        );
         let between = expected_max_ms(&[c, c], &[12.0, 12.0], sd, &half);
         assert!(12.0 < between && between < independent, "{between} vs {independent}");
         // Exact for two devices: E max = μ + s·√(1 − ρ)/√π for two N(μ, s²) of correlation ρ.
