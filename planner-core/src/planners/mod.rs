@@ -323,13 +323,19 @@ pub const REGISTRY: &[PlannerEntry] = &[
     },
     PlannerEntry {
         name: DEFAULT_PLANNER,
-        summary: "the default: size-lookup+refine, then neuroshard-fast+refine, then (up to 10,000 tables x devices) torchrec+refine; the cheapest plan within memory",
+        summary: "the default: size-lookup, then neuroshard-fast, then (up to 10,000 tables x devices) torchrec+refine; the cheapest plan within memory",
         is_seed_baseline: false,
         make: || {
             Box::new(
                 portfolio::Portfolio::new(
                     DEFAULT_PLANNER,
-                    vec![Box::new(size_lookup_refined()), Box::new(neuroshard_fast_refined())],
+                    vec![
+                        Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
+                        Box::new(neuroshard::NeuroShard::named(
+                            "neuroshard-fast",
+                            neuroshard::NeuroShardConfig::at_scale(),
+                        )),
+                    ],
                 )
                 .member_up_to(Box::new(torchrec_refined()), AUTO_TORCHREC_LIMIT),
             )

@@ -1,12 +1,14 @@
 //! Several planners on the same task, the cheapest plan within memory kept: the default planner
-//! (`auto`) runs `size-lookup+refine`, which is fast at every size and strong where the tables are many,
-//! then `neuroshard-fast+refine`, which splits tables and wins on most small and mid-size tasks
-//! (docs/NEUROSHARD.md, "Planning time at scale"), then, up to [`super::AUTO_TORCHREC_LIMIT`] tables ×
-//! devices, `torchrec+refine`, which reaches TorchRec's row-wise layouts (docs/BENCHMARKS.md, "Refining
-//! TorchRec's plan"). A member may be limited to tasks up to a size ([`Portfolio::member_up_to`]); past
-//! it, it is skipped, and its refusal is reported only when no other member refused. Each planner gets
-//! what the ones before it left of the budget; plans are compared by the cost model under NeuroShard's
-//! cost definition, the one all plan with; on equal cost the earlier planner's plan is kept.
+//! (`auto`) runs `size-lookup`, which is fast at every size, then `neuroshard-fast`, which splits tables
+//! and wins on most small and mid-size tasks (docs/NEUROSHARD.md, "Planning time at scale"), then, up to
+//! [`super::AUTO_TORCHREC_LIMIT`] tables × devices, `torchrec+refine`, which reaches TorchRec's row-wise
+//! layouts (docs/BENCHMARKS.md, "Refining TorchRec's plan"). The searched members are not refined: the
+//! local search from their plans measured slower than the plans themselves (docs/BENCHMARKS.md, "The
+//! default without refining its own search"), while from TorchRec's plan it measured faster. A member may
+//! be limited to tasks up to a size ([`Portfolio::member_up_to`]); past it, it is skipped, and its refusal
+//! is reported only when no other member refused. Each planner gets what the ones before it left of the
+//! budget; plans are compared by the cost model under NeuroShard's cost definition, the one all plan with;
+//! on equal cost the earlier planner's plan is kept.
 
 use super::{Budget, PlanContext, Planner, SearchStats, StatsCell};
 use crate::cost::{CostDefinition, evaluate};

@@ -536,7 +536,7 @@ fn torchrec_refine_improves_on_torchrecs_plan_under_the_model() {
     assert!(changed, "refinement changed no TorchRec plan");
 }
 
-/// `auto` returns the cheapest of `size-lookup+refine`, `neuroshard-fast+refine` and `torchrec+refine`
+/// `auto` returns the cheapest of `size-lookup`, `neuroshard-fast` and `torchrec+refine`
 /// (earlier on ties) while the task is at most `AUTO_TORCHREC_LIMIT` tables × devices; a portfolio member
 /// limited to a size is skipped past it and run up to it.
 #[test]
@@ -554,7 +554,7 @@ fn auto_weighs_torchrecs_refined_plan_up_to_its_size_limit() {
         assert!(task.tables.len() * task.devices.count() <= AUTO_TORCHREC_LIMIT);
         let ctx = PlanContext::new(model, k as u64);
         let member = |name: &str| by_name(name).plan(&task, &ctx).ok().map(|p| cost(&task, &p, model));
-        let costs = ["size-lookup+refine", "neuroshard-fast+refine", "torchrec+refine"].map(member);
+        let costs = ["size-lookup", "neuroshard-fast", "torchrec+refine"].map(member);
         let Ok(auto) = by_name("auto").plan(&task, &ctx) else {
             assert!(costs.iter().all(Option::is_none), "task {k}: auto refused, members {costs:?}");
             continue;
@@ -566,7 +566,7 @@ fn auto_weighs_torchrecs_refined_plan_up_to_its_size_limit() {
         // The same member limited below and at the task's size.
         let size = task.tables.len() * task.devices.count();
         let limited = |limit: usize| {
-            Portfolio::new("p", vec![by_name("size-lookup+refine")]).member_up_to(by_name("torchrec+refine"), limit)
+            Portfolio::new("p", vec![by_name("size-lookup")]).member_up_to(by_name("torchrec+refine"), limit)
         };
         if let Some(first) = costs[0] {
             let below = limited(size - 1).plan(&task, &ctx).unwrap();

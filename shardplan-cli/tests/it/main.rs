@@ -47,7 +47,7 @@ fn plan_writes_a_valid_document() {
     assert!(text.contains("neural:h100+analytical-comm"), "{text}");
     let (doc, plan) = planner_core::PlanDocument::from_json(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(doc.schema, planner_core::PLAN_SCHEMA);
-    // The default planner (size-lookup+refine and neuroshard-fast+refine, the cheaper): every table placed, some
+    // The default planner (size-lookup, neuroshard-fast and torchrec+refine, the cheapest): every table placed, some
     // possibly split.
     assert_eq!(doc.planner, planner_core::planners::DEFAULT_PLANNER);
     assert_eq!(doc.planner, "auto");
