@@ -295,7 +295,7 @@ pub const REGISTRY: &[PlannerEntry] = &[
         name: "size-lookup",
         summary: "greedy by dim x pooling factor x log10(rows) (seed baseline)",
         is_seed_baseline: true,
-        make: || Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
+        make: || Box::new(size_lookup()),
     },
     PlannerEntry {
         name: "neuroshard",
@@ -313,7 +313,7 @@ pub const REGISTRY: &[PlannerEntry] = &[
         name: "neuroshard-fast",
         summary: "NeuroShard's search at scale: each greedy step prices the 4 least-loaded devices; 5 split candidates per ranking past 512 tables x devices",
         is_seed_baseline: false,
-        make: || Box::new(neuroshard::NeuroShard::named("neuroshard-fast", neuroshard::NeuroShardConfig::at_scale())),
+        make: || Box::new(neuroshard_fast()),
     },
     PlannerEntry {
         name: "neuroshard-fast+refine",
@@ -327,17 +327,8 @@ pub const REGISTRY: &[PlannerEntry] = &[
         is_seed_baseline: false,
         make: || {
             Box::new(
-                portfolio::Portfolio::new(
-                    DEFAULT_PLANNER,
-                    vec![
-                        Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)),
-                        Box::new(neuroshard::NeuroShard::named(
-                            "neuroshard-fast",
-                            neuroshard::NeuroShardConfig::at_scale(),
-                        )),
-                    ],
-                )
-                .member_up_to(Box::new(torchrec_refined()), AUTO_TORCHREC_LIMIT),
+                portfolio::Portfolio::new(DEFAULT_PLANNER, vec![Box::new(size_lookup()), Box::new(neuroshard_fast())])
+                    .member_up_to(Box::new(torchrec_refined()), AUTO_TORCHREC_LIMIT),
             )
         },
     },
@@ -389,14 +380,19 @@ fn torchrec_refined() -> refine::Refined {
 }
 
 fn size_lookup_refined() -> refine::Refined {
-    refine::Refined::new("size-lookup+refine", Box::new(baselines::Greedy(baselines::GreedyKey::SizeLookup)))
+    refine::Refined::new("size-lookup+refine", Box::new(size_lookup()))
 }
 
 fn neuroshard_fast_refined() -> refine::Refined {
-    refine::Refined::new(
-        "neuroshard-fast+refine",
-        Box::new(neuroshard::NeuroShard::named("neuroshard-fast", neuroshard::NeuroShardConfig::at_scale())),
-    )
+    refine::Refined::new("neuroshard-fast+refine", Box::new(neuroshard_fast()))
+}
+
+fn size_lookup() -> baselines::Greedy {
+    baselines::Greedy(baselines::GreedyKey::SizeLookup)
+}
+
+fn neuroshard_fast() -> neuroshard::NeuroShard {
+    neuroshard::NeuroShard::named("neuroshard-fast", neuroshard::NeuroShardConfig::at_scale())
 }
 
 /// Looks a planner up by name.
