@@ -47,14 +47,8 @@ for m in "${measured[@]}"; do
     plans+=("$p")
   done
   # The task's tables, devices, caps and seed, read back from the bench's first plan document.
-  read -r devices mem seed < <(python3 - "${plans[0]}" "$out/$task.tables.json" <<'EOF'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-json.dump(doc["task"]["tables"], open(sys.argv[2], "w"))
-caps = doc["task"]["devices"]["mem_cap_bytes"]
-print(len(caps), ",".join(str(c) for c in caps), doc["seed"])
-EOF
-  )
+  task_line=$("$root/tools/plan_task.py" "${plans[0]}" "$out/$task.tables.json")
+  read -r devices mem seed <<<"$task_line"
   for v in "$@"; do
     label=${v%%=*} spec=${v#*=}
     algo=${spec%%:*} flags=""

@@ -21,22 +21,28 @@ plan_bin=$root/target/release/shardplan
 [ -x "$plan_bin" ] || { echo "missing $plan_bin: cargo build --release -p shardplan-cli" >&2; exit 1; }
 model=${COST_MODEL:-cpu-epyc-2t}
 shopt -s nullglob
-for p in "$out"/task*_"$label".plan.json; do
+found=("$out"/task*_"$label".plan.json)
+[ ${#found[@]} -gt 0 ] || { echo "no task*_$label.plan.json in $out" >&2; exit 1; }
+for p in "${found[@]}"; do
   task=$(basename "$p" "_$label.plan.json")
   # The task's devices, caps and seed, as the variant run read them from the bench's plan document.
   bench=("$cell/${task}"_*.plan.json)
   [ ${#bench[@]} -gt 0 ] || { echo "no bench plan of $task in $cell" >&2; exit 1; }
-  read -r devices mem seed < <(python3 -c '
-import json, sys
-doc = json.load(open(sys.argv[1]))
-caps = doc["task"]["devices"]["mem_cap_bytes"]
-print(len(caps), ",".join(str(c) for c in caps), doc["seed"])' "${bench[0]}")
+  task_line=$("$root/tools/plan_task.py" "${bench[0]}")
+  read -r devices mem seed <<<"$task_line"
+  [ -f "$out/$task.tables.json" ] || { echo "no $out/$task.tables.json: run tools/judge_variants.sh first" >&2; exit 1; }
   members=()
   for algo in "$@"; do
     m=$out/${task}_member_$algo.json
     if [ ! -f "$m" ]; then
       "$plan_bin" plan --tables "$out/$task.tables.json" --devices "$devices" --mem "$mem" --memory-rule torchrec \
-        --cost-model "$model" --algo "$algo" --seed "$seed" --out "$m.tmp" >/dev/null 2>&1 || { rm -f "$m.tmp"; continue; }
+        --cost-model "$model" --algo "$algo" --seed "$seed" --out "$m.tmp" >/dev/null 2>"$m.err" || {
+        # A member may refuse the task (no plan within memory); say so and compare the others.
+        echo "$task: $algo returned no plan: $(tail -1 "$m.err")" >&2
+        rm -f "$m.tmp" "$m.err"
+        continue
+      }
+      rm -f "$m.err"
       mv "$m.tmp" "$m"
     fi
     members+=("$algo=$m")
