@@ -2,7 +2,7 @@
 """How far the measured judge agrees with itself: the same plans measured in two bench runs.
 
 Usage: tools/judge_repeatability.py [--per-set-speed] RUN_A RUN_B
-       tools/judge_repeatability.py [--per-set-speed] RUN
+       tools/judge_repeatability.py [--per-set-speed] [--ceiling] RUN
 
 RUN_A and RUN_B are `bench-plans` folders written by `shardplan bench --measure-with` (one sub-folder per
 cell, `taskN_PLANNER.plan.json` and `taskN.measured.json` in each). For every task measured in both runs,
@@ -25,11 +25,23 @@ this agreement is a lower bound on the run's own. A plan's cost over some of its
 `measure-plan` computes it over all of them (per device, the median compute plus the median all-to-alls;
 the largest device total). `--per-set-speed` first scales each round's compute of a device by the run's
 reference-kernel reading over the reading taken right after that set was timed (runs that record
-`round_device_reference_ms`). Standard library only.
+`round_device_reference_ms`).
+
+`--ceiling` (one run) estimates the tau a perfect model could show against this judge. The two halves give
+each cell's noise: the s.d. of a plan's log cost, half against half, with the task's common shift removed
+(drift moves a task's interleaved plans together and changes no ranking), is `sqrt(2)` times a half's
+noise; a mean over all rounds has half a half's variance. Taking each plan's measured cost over all rounds
+as its true cost, a simulated judge adds that noise (normal in the log, independent per plan, seeded) and
+the mean tau between truth and simulated judge is the ceiling, printed for the run's rounds and for 2×
+and 4× as many. The measured costs spread the plans a little more than their true costs do, so the
+estimate errs high; how much shows in the check printed beside it, two simulated halves against each
+other next to the measured halves' tau. A model's tau measurably below the ceiling has room to improve;
+a goal above it cannot be shown on this host with that many rounds. Standard library only.
 """
 
 import json
 import math
+import random
 import statistics
 import sys
 from itertools import combinations
@@ -126,11 +138,55 @@ def spread(ratios):
     return f"{p10:.2f} / {p50:.2f} / {p90:.2f} (log s.d. {100 * sd:.1f}%)"
 
 
+def rounds_of(cell: Path):
+    """The measuring rounds of a cell's plans (the smallest count over its plans)."""
+    counts = [
+        len(p["round_costs_ms"])
+        for m in cell.glob("task*.measured.json")
+        for p in json.loads(m.read_text())["plans"]
+    ]
+    return min(counts) if counts else 0
+
+
+def ceiling(cell: Path, per_set_speed, draws=400, seed=1):
+    """The tau a perfect model could expect against the cell's judge (see the module's `--ceiling`)."""
+    a, b, full = (load_cell(cell, h, per_set_speed) for h in (0, 1, None))
+    diffs, truths = [], []
+    for task in sorted(set(a) & set(b) & set(full), key=int):
+        names = sorted(set(a[task][1]) & set(b[task][1]) & set(full[task][1]))
+        if len(names) < 2:
+            continue
+        d = [math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names]
+        mean = statistics.mean(d)
+        # Residuals about the task's common shift, rescaled for the mean they lose.
+        diffs += [(x - mean) * math.sqrt(len(d) / (len(d) - 1)) for x in d]
+        truths.append([math.log(full[task][1][n][1]) for n in names])
+    if not truths:
+        return None
+    half_sd = math.sqrt(statistics.mean(x * x for x in diffs) / 2)
+    rng = random.Random(seed)
+    # The method's check: two simulated halves against each other, to set beside the measured halves' tau.
+    halves = statistics.mean(
+        kendall_tau([x + rng.gauss(0.0, half_sd) for x in t], [x + rng.gauss(0.0, half_sd) for x in t])
+        for t in truths
+        for _ in range(draws)
+    )
+    out = []
+    for scale in (1, 2, 4):
+        sd = half_sd / math.sqrt(2 * scale)
+        taus = [
+            kendall_tau(t, [x + rng.gauss(0.0, sd) for x in t]) for t in truths for _ in range(draws)
+        ]
+        out.append((scale, sd, statistics.mean(taus)))
+    return half_sd, len(truths), halves, out
+
+
 def main():
     args = sys.argv[1:]
     per_set_speed = "--per-set-speed" in args
-    args = [a for a in args if a != "--per-set-speed"]
-    if len(args) not in (1, 2):
+    want_ceiling = "--ceiling" in args
+    args = [a for a in args if a not in ("--per-set-speed", "--ceiling")]
+    if len(args) not in (1, 2) or (want_ceiling and len(args) != 1):
         sys.exit(__doc__.split("\n\n")[1])
     a_root, b_root = Path(args[0]), Path(args[-1])
     halves = len(args) == 1
@@ -180,6 +236,14 @@ def main():
             print(f"- cost relative to the task's torchrec plan, B / A: {spread(rel)}")
         print(f"- Kendall's tau between the runs' rankings: mean {statistics.mean(taus):.2f} "
               f"(per task {', '.join(f'{t:.2f}' for t in taus)}); same fastest plan on {same_winner}/{tasks} tasks")
+        est = ceiling(a_root / cell, per_set_speed) if want_ceiling else None
+        if est:
+            half_sd, n_tasks, halves, rows = est
+            rounds = rounds_of(a_root / cell)
+            print(f"- a half's noise in a plan's log cost relative to its task: s.d. {100 * half_sd:.1f}%; "
+                  f"simulated halves agree at tau {halves:.2f} (measured above: {statistics.mean(taus):.2f}); "
+                  f"the tau a perfect model could expect against the judge ({n_tasks} tasks): "
+                  + ", ".join(f"{rounds * sc} rounds {t:.2f} (noise {100 * sd:.1f}%)" for sc, sd, t in rows))
 
 
 if __name__ == "__main__":
