@@ -12,9 +12,11 @@ with) plus EVALUATE_FLAGS, and set against the same measurements. Per cell, for 
 prediction and for the re-priced one: plan MAPE and bias at the reference speed (each task's measured costs
 scaled by the profile's reference reading over the task's), mean Kendall's tau of each task's plans (beside
 the judge's own: its even rounds against its odd ones, as `judge_repeatability.py` computes it), and
-measured over predicted plan cost by planner (geometric mean); and per cell, every measured device's
-compute over its predicted compute (geometric mean and log standard deviation). Nothing is measured. Standard library and
-`judge_repeatability.py` (beside it) only.
+measured over predicted plan cost by planner (geometric mean); per cell, every measured device's
+compute over its predicted compute (geometric mean and log standard deviation); and where the re-priced
+ranking loses its tau: the pairs of planners it orders against the judge on tasks where both halves of
+the judge agree on the order (a pair the judge itself cannot order is noise, not the model's error).
+Nothing is measured. Standard library and `judge_repeatability.py` (beside it) only.
 """
 
 import json
@@ -69,6 +71,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     by_planner_rows = []
     device_rows = []
+    pair_rows = []
     for cell in cells:
         ape = {"bench": [], "new": []}
         bias = {"bench": [], "new": []}
@@ -76,6 +79,9 @@ def main():
         self_taus = []
         ratio = {}
         device_logs = {"bench": [], "new": []}
+        # Per pair of planners: tasks where the judge's halves agree on their order, and of those, the
+        # tasks where the re-priced model orders them the other way.
+        decided, against = {}, {}
         tasks = 0
         for measured in sorted(cell.glob("task*.measured.json")):
             doc = json.loads(measured.read_text())
@@ -103,6 +109,16 @@ def main():
                 n = len(plans[0]["round_costs_ms"])
                 halves = [[plan_cost(p, doc.get("reference_ms"), range(h, n, 2)) for p in plans] for h in (0, 1)]
                 self_taus.append(kendall_tau(*halves))
+                new_pred = [q["report"]["cost_ms"] for q in priced]
+                for i in range(len(plans)):
+                    for j in range(i + 1, len(plans)):
+                        h0, h1 = halves[0][i] - halves[0][j], halves[1][i] - halves[1][j]
+                        if h0 * h1 <= 0 or labels[i] == labels[j]:
+                            continue
+                        key = tuple(sorted((labels[i], labels[j])))
+                        decided[key] = decided.get(key, 0) + 1
+                        if (new_pred[i] - new_pred[j]) * (meas[i] - meas[j]) < 0:
+                            against[key] = against.get(key, 0) + 1
             for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", [q["report"]["cost_ms"] for q in priced])):
                 for a, m in zip(pred, meas):
                     ape[kind].append(abs(a - m) / m)
@@ -123,6 +139,7 @@ def main():
         print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} | {own} |")
         by_planner_rows.append((cell.name, ratio))
         device_rows.append((cell.name, device_logs))
+        pair_rows.append((cell.name, decided, against))
     print()
     print("measured over predicted plan cost at the reference speed, geometric mean (bench → re-priced):")
     gm = lambda v: math.exp(statistics.mean(math.log(x) for x in v))
@@ -146,6 +163,13 @@ def main():
             f"| {name} | {len(b)} / {len(n)} | {math.exp(statistics.mean(b)):.3f} | {math.exp(statistics.mean(n)):.3f} "
             f"| {statistics.stdev(b):.3f} | {statistics.stdev(n):.3f} |"
         )
+    print()
+    print("pairs the re-priced model orders against the judge, of the tasks where the judge's halves agree (most first):")
+    for name, decided, against in pair_rows:
+        total = sum(decided.values())
+        worst = sorted(against.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        print(f"- {name}: {sum(against.values())} of {total} decided pairs; "
+              + ", ".join(f"{a} / {b} {n} of {decided[(a, b)]}" for (a, b), n in worst))
 
 
 if __name__ == "__main__":
