@@ -33,10 +33,12 @@ each cell's noise: the s.d. of a plan's log cost, half against half, with the ta
 noise; a mean over all rounds has half a half's variance. Taking each plan's measured cost over all rounds
 as its true cost, a simulated judge adds that noise (normal in the log, independent per plan, seeded) and
 the mean tau between truth and simulated judge is the ceiling, printed for the run's rounds and for 2×
-and 4× as many. The measured costs spread the plans a little more than their true costs do, so the
-estimate errs high; how much shows in the check printed beside it, two simulated halves against each
-other next to the measured halves' tau. A model's tau measurably below the ceiling has room to improve;
-a goal above it cannot be shown on this host with that many rounds. Standard library only.
+and 4× as many. The measured costs spread the plans a little more than their true costs do, which
+pushes the estimate up; the check printed beside it, two simulated halves against each other next to the
+measured halves' tau, shows how far it is off (within about ±0.1 on the project's benches). It sees one
+sitting only: an error a sitting's rounds share (two runs of the same plans disagree more than one run's
+halves do) is outside it, so it bounds what a model can show against that sitting, not against the plans'
+true costs. Standard library only.
 """
 
 import json
