@@ -150,9 +150,9 @@ def rounds_of(cell: Path):
     return min(counts) if counts else 0
 
 
-def ceiling(cell: Path, per_set_speed, draws=400, seed=1):
-    """The tau a perfect model could expect against the cell's judge (see the module's `--ceiling`)."""
-    a, b, full = (load_cell(cell, h, per_set_speed) for h in (0, 1, None))
+def ceiling(a, b, full, draws=400, seed=1):
+    """The tau a perfect model could expect against a cell's judge (see the module's `--ceiling`), from the
+    cell's halves `a` and `b` and its whole run `full`, as `load_cell` reads them."""
     diffs, truths = [], []
     for task in sorted(set(a) & set(b) & set(full), key=int):
         names = sorted(set(a[task][1]) & set(b[task][1]) & set(full[task][1]))
@@ -238,12 +238,12 @@ def main():
             print(f"- cost relative to the task's torchrec plan, B / A: {spread(rel)}")
         print(f"- Kendall's tau between the runs' rankings: mean {statistics.mean(taus):.2f} "
               f"(per task {', '.join(f'{t:.2f}' for t in taus)}); same fastest plan on {same_winner}/{tasks} tasks")
-        est = ceiling(a_root / cell, per_set_speed) if want_ceiling else None
+        est = ceiling(a, b, load_cell(a_root / cell, None, per_set_speed)) if want_ceiling else None
         if est:
-            half_sd, n_tasks, halves, rows = est
+            half_sd, n_tasks, sim_halves, rows = est
             rounds = rounds_of(a_root / cell)
             print(f"- a half's noise in a plan's log cost relative to its task: s.d. {100 * half_sd:.1f}%; "
-                  f"simulated halves agree at tau {halves:.2f} (measured above: {statistics.mean(taus):.2f}); "
+                  f"simulated halves agree at tau {sim_halves:.2f} (measured above: {statistics.mean(taus):.2f}); "
                   f"the tau a perfect model could expect against the judge ({n_tasks} tasks): "
                   + ", ".join(f"{rounds * sc} rounds {t:.2f} (noise {100 * sd:.1f}%)" for sc, sd, t in rows))
 

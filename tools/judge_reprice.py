@@ -105,11 +105,11 @@ def main():
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 priced = json.loads(out.read_text())
             meas = [p["measured"]["cost_ms"] * scale for p in plans]
+            new_pred = [q["report"]["cost_ms"] for q in priced]
             if all(len(p["round_costs_ms"]) > 1 for p in plans):
                 n = len(plans[0]["round_costs_ms"])
                 halves = [[plan_cost(p, doc.get("reference_ms"), range(h, n, 2)) for p in plans] for h in (0, 1)]
                 self_taus.append(kendall_tau(*halves))
-                new_pred = [q["report"]["cost_ms"] for q in priced]
                 for i in range(len(plans)):
                     for j in range(i + 1, len(plans)):
                         h0, h1 = halves[0][i] - halves[0][j], halves[1][i] - halves[1][j]
@@ -119,7 +119,7 @@ def main():
                         decided[key] = decided.get(key, 0) + 1
                         if (new_pred[i] - new_pred[j]) * (meas[i] - meas[j]) < 0:
                             against[key] = against.get(key, 0) + 1
-            for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", [q["report"]["cost_ms"] for q in priced])):
+            for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", new_pred)):
                 for a, m in zip(pred, meas):
                     ape[kind].append(abs(a - m) / m)
                     bias[kind].append((a - m) / m)
