@@ -14,7 +14,9 @@ same devices). Per cell it prints:
 * the same for each plan's cost relative to the `torchrec` plan of its task in the same run, which is
   what a planner comparison rests on;
 * Kendall's tau between the two runs' rankings of a task's plans (mean over tasks) and on how many tasks
-  both runs pick the same fastest plan.
+  both runs pick the same fastest plan;
+* whether a run carries an error its rounds share: the s.d. of a plan's log cost about its task's mean, B
+  against A, beside what the runs' own noise (each from its halves) accounts for, and the rest.
 
 A model cannot be shown to rank plans better than the judge ranks them against itself, so the mean tau
 here is the ceiling for the "Kendall's tau" goal on that machine and protocol. With one folder, the two
@@ -33,12 +35,13 @@ each cell's noise: the s.d. of a plan's log cost, half against half, with the ta
 noise; a mean over all rounds has half a half's variance. Taking each plan's measured cost over all rounds
 as its true cost, a simulated judge adds that noise (normal in the log, independent per plan, seeded) and
 the mean tau between truth and simulated judge is the ceiling, printed for the run's rounds and for 2×
-and 4× as many. The measured costs spread the plans a little more than their true costs do, which
+and 4× as many; beside it, the tau an imperfect model could expect, its log error about the task's mean
+of s.d. 2, 4, 6 or 8% (`judge_reprice.py` measures a model's). The measured costs spread the plans a little more than their true costs do, which
 pushes the estimate up; the check printed beside it, two simulated halves against each other next to the
-measured halves' tau, shows how far it is off (within about ±0.1 on the project's benches). It sees one
-sitting only: an error a sitting's rounds share (two runs of the same plans disagree more than one run's
-halves do) is outside it, so it bounds what a model can show against that sitting, not against the plans'
-true costs. Standard library only.
+measured halves' tau, shows how far it is off (within about ±0.1 on the project's benches). On one run it
+sees the noise between that run's rounds only; on two sittings merged by `judge_merge.py` (whose halves
+are the two sittings) it sees the noise between sittings, an error a sitting's rounds would share
+included. Standard library only.
 """
 
 import json
@@ -127,6 +130,17 @@ def kendall_tau(xs, ys):
     return (conc - disc) / denom if denom else float("nan")
 
 
+def within_rms(a, b, kept):
+    """Root mean square over the plans `kept` (task → names) of log(b / a) about each task's mean, rescaled for
+    the degree of freedom the mean takes; `a` and `b` as `load_cell` reads them."""
+    sq = []
+    for task, names in kept.items():
+        d = [math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names]
+        mean = statistics.mean(d)
+        sq += [(x - mean) ** 2 * len(d) / (len(d) - 1) for x in d]
+    return math.sqrt(statistics.mean(sq)) if sq else float("nan")
+
+
 def quantiles(values):
     v = sorted(values)
     q = statistics.quantiles(v, n=10, method="inclusive") if len(v) > 1 else v * 9
@@ -148,6 +162,10 @@ def rounds_of(cell: Path):
         for p in json.loads(m.read_text())["plans"]
     ]
     return min(counts) if counts else 0
+
+
+# Within-task model errors (s.d. of the log) whose expected tau `--ceiling` prints beside the perfect model's.
+MODEL_ERRORS = (0.02, 0.04, 0.06, 0.08)
 
 
 def ceiling(a, b, full, draws=400, seed=1):
@@ -180,7 +198,17 @@ def ceiling(a, b, full, draws=400, seed=1):
             kendall_tau(t, [x + rng.gauss(0.0, sd) for x in t]) for t in truths for _ in range(draws)
         ]
         out.append((scale, sd, statistics.mean(taus)))
-    return half_sd, len(truths), halves, out
+    # A model whose log error about the task's mean has s.d. `err`, against the judge at the run's rounds.
+    sd = half_sd / math.sqrt(2)
+    models = [
+        (err, statistics.mean(
+            kendall_tau([x + rng.gauss(0.0, err) for x in t], [x + rng.gauss(0.0, sd) for x in t])
+            for t in truths
+            for _ in range(draws)
+        ))
+        for err in MODEL_ERRORS
+    ]
+    return half_sd, len(truths), halves, out, models
 
 
 def main():
@@ -204,6 +232,7 @@ def main():
         else:
             a, b = load_cell(a_root / cell, None, per_set_speed), load_cell(b_root / cell, None, per_set_speed)
         ratios, ratios_ref, rel, taus, same_winner, tasks, differing = [], [], [], [], 0, 0, 0
+        kept = {}
         for task in sorted(set(a) & set(b), key=int):
             (ref_a, pa), (ref_b, pb) = a[task], b[task]
             names = []
@@ -215,6 +244,7 @@ def main():
             if len(names) < 2:
                 continue
             tasks += 1
+            kept[task] = names
             ca = [pa[n][1] for n in names]
             cb = [pb[n][1] for n in names]
             for x, y in zip(ca, cb):
@@ -238,14 +268,29 @@ def main():
             print(f"- cost relative to the task's torchrec plan, B / A: {spread(rel)}")
         print(f"- Kendall's tau between the runs' rankings: mean {statistics.mean(taus):.2f} "
               f"(per task {', '.join(f'{t:.2f}' for t in taus)}); same fastest plan on {same_winner}/{tasks} tasks")
+        if not halves and rounds_of(a_root / cell) > 1 and rounds_of(b_root / cell) > 1:
+            # Does a run carry an error its rounds share? Between the runs, a plan's log cost about its task's
+            # mean differs by the two runs' noise alone if not; each run's noise comes from its halves.
+            noise = [
+                within_rms(load_cell(r / cell, 0, per_set_speed), load_cell(r / cell, 1, per_set_speed), kept) / 2
+                for r in (a_root, b_root)
+            ]
+            between = within_rms(a, b, kept)
+            shared = math.sqrt(max(between**2 - noise[0] ** 2 - noise[1] ** 2, 0.0))
+            print(f"- a plan's log cost about its task's mean, B against A: s.d. {100 * between:.1f}%; "
+                  f"each run's own noise (from its halves) {100 * noise[0]:.1f}% and {100 * noise[1]:.1f}% "
+                  f"(together {100 * math.hypot(*noise):.1f}%); an error a run's rounds share, beyond that: "
+                  f"{100 * shared:.1f}%")
         est = ceiling(a, b, load_cell(a_root / cell, None, per_set_speed)) if want_ceiling else None
         if est:
-            half_sd, n_tasks, sim_halves, rows = est
+            half_sd, n_tasks, sim_halves, rows, models = est
             rounds = rounds_of(a_root / cell)
             print(f"- a half's noise in a plan's log cost relative to its task: s.d. {100 * half_sd:.1f}%; "
                   f"simulated halves agree at tau {sim_halves:.2f} (measured above: {statistics.mean(taus):.2f}); "
                   f"the tau a perfect model could expect against the judge ({n_tasks} tasks): "
-                  + ", ".join(f"{rounds * sc} rounds {t:.2f} (noise {100 * sd:.1f}%)" for sc, sd, t in rows))
+                  + ", ".join(f"{rounds * sc} rounds {t:.2f} (noise {100 * sd:.1f}%)" for sc, sd, t in rows)
+                  + f"; a model off by {' / '.join(f'{100 * e:.0f}' for e, _ in models)}% within a task could "
+                  f"expect {' / '.join(f'{t:.2f}' for _, t in models)} at {rounds} rounds")
 
 
 if __name__ == "__main__":

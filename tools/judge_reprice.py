@@ -47,6 +47,14 @@ def reference_ms(model):
     return json.loads(card.read_text())["compute"].get("reference_ms")
 
 
+def centred(logs):
+    """`logs` less their mean, rescaled for the degree of freedom the mean takes (empty below two)."""
+    if len(logs) < 2:
+        return []
+    mean = statistics.mean(logs)
+    return [(x - mean) * math.sqrt(len(logs) / (len(logs) - 1)) for x in logs]
+
+
 def main():
     args = sys.argv[1:]
     extra = []
@@ -72,6 +80,7 @@ def main():
     by_planner_rows = []
     device_rows = []
     pair_rows = []
+    within_rows = []
     for cell in cells:
         ape = {"bench": [], "new": []}
         bias = {"bench": [], "new": []}
@@ -79,6 +88,10 @@ def main():
         self_taus = []
         ratio = {}
         device_logs = {"bench": [], "new": []}
+        # Within-task log errors (measured over predicted, less the task's mean) and the judge's own
+        # within-task half-against-half differences: what orders a task's plans.
+        within = {"bench": [], "new": []}
+        judge_within = []
         # Per pair of planners: tasks where the judge's halves agree on their order, and of those, the
         # tasks where the re-priced model orders them the other way.
         decided, against = {}, {}
@@ -110,6 +123,8 @@ def main():
                 n = len(plans[0]["round_costs_ms"])
                 halves = [[plan_cost(p, doc.get("reference_ms"), range(h, n, 2)) for p in plans] for h in (0, 1)]
                 self_taus.append(kendall_tau(*halves))
+                d = [math.log(b / a) for a, b in zip(*halves)]
+                judge_within += centred(d)
                 for i in range(len(plans)):
                     for j in range(i + 1, len(plans)):
                         h0, h1 = halves[0][i] - halves[0][j], halves[1][i] - halves[1][j]
@@ -124,6 +139,7 @@ def main():
                     ape[kind].append(abs(a - m) / m)
                     bias[kind].append((a - m) / m)
                 taus[kind].append(kendall_tau(pred, meas))
+                within[kind] += centred([math.log(m / a) for a, m in zip(pred, meas)])
             for p, q in zip(plans, priced):
                 for kind, devices in (("bench", p["predicted"]["devices"]), ("new", q["report"]["devices"])):
                     for a, b in zip(devices, p["measured"]["devices"]):
@@ -138,6 +154,7 @@ def main():
         own = f"{statistics.mean(self_taus):.2f}" if self_taus else "-"
         print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} | {own} |")
         by_planner_rows.append((cell.name, ratio))
+        within_rows.append((cell.name, within, judge_within))
         device_rows.append((cell.name, device_logs))
         pair_rows.append((cell.name, decided, against))
     print()
@@ -163,6 +180,16 @@ def main():
             f"| {name} | {len(b)} / {len(n)} | {math.exp(statistics.mean(b)):.3f} | {math.exp(statistics.mean(n)):.3f} "
             f"| {statistics.stdev(b):.3f} | {statistics.stdev(n):.3f} |"
         )
+    print()
+    print("within a task (what orders its plans): s.d. of log(measured / predicted) about the task's mean, and the")
+    print("judge's own noise there (its halves' log difference about the task's mean, halved: the noise of the")
+    print("mean over all rounds); the model's own error is about sqrt(s.d.^2 - noise^2):")
+    rms = lambda v: math.sqrt(statistics.mean(x * x for x in v)) if v else float("nan")
+    for name, within, judge_within in within_rows:
+        noise = rms(judge_within) / 2
+        own = lambda k: math.sqrt(max(rms(within[k]) ** 2 - noise**2, 0.0))
+        print(f"- {name}: bench {100 * rms(within['bench']):.1f}% → re-priced {100 * rms(within['new']):.1f}%; "
+              f"judge noise {100 * noise:.1f}%; the model's own, bench {100 * own('bench'):.1f}% → re-priced {100 * own('new'):.1f}%")
     print()
     print("pairs the re-priced model orders against the judge, of the tasks where the judge's halves agree (most first):")
     for name, decided, against in pair_rows:

@@ -16,10 +16,12 @@
 # With no variant, the bench's plans named in BASE are measured again: a second sitting (e.g. ROUNDS=4).
 # Needs target/release/{shardplan,shardplan-collect}. Reruns reuse the plans and measurements on disk.
 # Environment: COST_MODEL (cpu-epyc-2t), BASE ("torchrec neuroshard neuroshard-refine"), BATCH (4096),
-# ROUNDS (2), REPS (6).
+# ROUNDS (2), REPS (6), QUIET_REF_MS (none: the machine's quiet reference-kernel time, e.g. its profile
+# card's compute.reference_ms; the guard then re-takes samples, and waits before a task, while the machine
+# reads over 1.15x it).
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,19p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 cell=$1 out=$2
@@ -65,7 +67,9 @@ for m in "${measured[@]}"; do
   if [ ! -f "$out/$task.measured.json" ]; then
     seed_m=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seed"])' "$m")
     echo "measuring $task (${#plans[@]} plans)" >&2
-    "$collect_bin" --backend cpu --quiet measure-plan "${plans[@]}" --batch-size "$batch" --reps "$reps" \
+    quiet=()
+    [ -n "${QUIET_REF_MS:-}" ] && quiet=(--guard-quiet-reference-ms "$QUIET_REF_MS")
+    "$collect_bin" --backend cpu --quiet "${quiet[@]}" measure-plan "${plans[@]}" --batch-size "$batch" --reps "$reps" \
       --rounds "$rounds" --seed "$seed_m" --out "$out/$task.measured.json"
   fi
 done

@@ -134,6 +134,14 @@ fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
     if !(cli.guard_max_reference_ratio.is_finite() && cli.guard_max_reference_ratio >= 1.0) {
         bail!("--guard-max-reference-ratio = {} is invalid: at least 1", cli.guard_max_reference_ratio);
     }
+    if let Some(q) = cli.guard_quiet_reference_ms
+        && !(q.is_finite() && q > 0.0)
+    {
+        bail!("--guard-quiet-reference-ms = {q} is invalid: a positive time in ms");
+    }
+    if !(cli.guard_max_slowdown.is_finite() && cli.guard_max_slowdown >= 1.0) {
+        bail!("--guard-max-slowdown = {} is invalid: at least 1", cli.guard_max_slowdown);
+    }
     if cli.guard_retries > 100 {
         bail!("--guard-retries = {} is invalid: at most 100", cli.guard_retries);
     }
@@ -141,6 +149,8 @@ fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
         other_busy_pct: cli.guard_max_busy_pct,
         steal_pct: GuardLimits::default().steal_pct,
         reference_ratio: cli.guard_max_reference_ratio,
+        quiet_reference_ms: cli.guard_quiet_reference_ms,
+        max_slowdown: cli.guard_max_slowdown,
         retries: cli.guard_retries,
     })
 }

@@ -15,6 +15,15 @@
 //!   minutes, and the trainer and the bench can express times at one reference speed
 //!   (`docs/COST_MODELS.md`, "Speed").
 //!
+//! Both follow the host: a host slow for minutes passes them, and its samples are kept with their
+//! readings. Scaling by the reading does not undo it. Measured on the 2-vCPU EPYC host, the same 320
+//! plans in two sittings: where the second sitting's reference read within 8% of the first's, a plan's
+//! cost relative to its task's other plans moved by 5.1% (s.d.), the run's own noise; where it read 20–60%
+//! slower, by 10–12%, cheap plans slowing more than dear ones (`docs/BENCHMARKS.md`, "A second sitting of
+//! the fresh suite"). With the machine's quiet reference time (`GuardLimits::quiet_reference_ms`, a
+//! profile card's `compute.reference_ms`), a reading above `max_slowdown` times it is contention too, and
+//! a run does not start until the machine reads within it.
+//!
 //! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, … 30 s at
 //! most, about five minutes over the default twelve tries); after `retries` the run stops with an
 //! error naming the readings (a collection resumes with `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
@@ -96,13 +105,32 @@ pub struct GuardLimits {
     pub steal_pct: f64,
     /// Largest reference time after a sample over the baseline.
     pub reference_ratio: f64,
+    /// The reference time of the machine when quiet, ms, if known.
+    pub quiet_reference_ms: Option<f64>,
+    /// Largest reference time over `quiet_reference_ms`.
+    pub max_slowdown: f64,
     /// Measurements of one sample thrown away before the run stops.
     pub retries: u32,
 }
 
+impl GuardLimits {
+    /// Whether a reference reading shows the machine slower than `max_slowdown` times its quiet speed.
+    #[must_use]
+    pub fn too_slow(&self, reference_ms: f64) -> bool {
+        self.quiet_reference_ms.is_some_and(|q| reference_ms > q * self.max_slowdown)
+    }
+}
+
 impl Default for GuardLimits {
     fn default() -> Self {
-        Self { other_busy_pct: 10.0, steal_pct: 10.0, reference_ratio: 1.35, retries: 12 }
+        Self {
+            other_busy_pct: 10.0,
+            steal_pct: 10.0,
+            reference_ratio: 1.35,
+            quiet_reference_ms: None,
+            max_slowdown: 1.15,
+            retries: 12,
+        }
     }
 }
 
@@ -182,12 +210,30 @@ impl Guard {
     pub fn start(backend: &mut dyn Backend, batch: u32, limits: GuardLimits) -> Result<Self> {
         let (tables, bags) = reference_set(batch)?;
         let mut g = Self { limits, reference: None, pause: Duration::from_secs(1) };
-        let mut readings = Vec::with_capacity(BASELINE_READINGS);
-        for _ in 0..BASELINE_READINGS {
-            readings.push(time_reference(backend, &tables, &bags)?);
+        let mut pause = g.pause;
+        for attempt in 0..=limits.retries {
+            let mut readings = Vec::with_capacity(BASELINE_READINGS);
+            for _ in 0..BASELINE_READINGS {
+                readings.push(time_reference(backend, &tables, &bags)?);
+            }
+            let baseline = median(&readings);
+            if !limits.too_slow(baseline) {
+                g.reference = Some(Reference { tables, bags, recent: readings.into() });
+                return Ok(g);
+            }
+            if attempt == limits.retries {
+                let q = limits.quiet_reference_ms.unwrap_or(baseline);
+                bail!(
+                    "the machine is {:.2}× slower than when quiet: the reference kernel reads {baseline:.2} ms against                      --guard-quiet-reference-ms = {q} (limit {:.2}×) over {} tries; a contended host changes plans'                      relative costs, so measure when it is quiet (or raise --guard-max-slowdown)",
+                    baseline / q,
+                    limits.max_slowdown,
+                    attempt + 1
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(30));
         }
-        g.reference = Some(Reference { tables, bags, recent: readings.into() });
-        Ok(g)
+        bail!("the contention guard took no baseline")
     }
 
     /// The reference kernel's baseline, ms (`None` for a guard that is off).
@@ -218,10 +264,16 @@ impl Guard {
             }
             if attempt == self.limits.retries {
                 let c = verdict.conditions;
+                let quiet_speed = match (self.limits.quiet_reference_ms, c.reference_ms) {
+                    (Some(q), Some(ms)) => {
+                        format!("; {:.2}× its quiet time {q} ms, limit {:.2}×", ms / q, self.limits.max_slowdown)
+                    }
+                    _ => String::new(),
+                };
                 bail!(
                     "{what}: the machine stayed busy over {} tries (last: other processes {:.1}% of CPU time, limit {:.0}%; \
-                     steal {:.1}%, limit {:.0}%; reference kernel {:.2}× its baseline, limit {:.2}×); stop what runs beside \
-                     the measurement and resume",
+                     steal {:.1}%, limit {:.0}%; reference kernel {:.2}× its baseline, limit {:.2}×{quiet_speed}); stop what \
+                     runs beside the measurement and resume",
                     attempt + 1,
                     c.other_busy_pct,
                     self.limits.other_busy_pct,
@@ -260,8 +312,10 @@ impl Guard {
         };
         let conditions = Conditions { other_busy_pct, steal_pct, reference_ratio, reference_ms, retries };
         let l = self.limits;
-        let quiet =
-            other_busy_pct <= l.other_busy_pct && steal_pct <= l.steal_pct && reference_ratio <= l.reference_ratio;
+        let quiet = other_busy_pct <= l.other_busy_pct
+            && steal_pct <= l.steal_pct
+            && reference_ratio <= l.reference_ratio
+            && !reference_ms.is_some_and(|ms| l.too_slow(ms));
         Ok(Verdict { conditions, quiet })
     }
 }
@@ -296,6 +350,17 @@ mod tests {
         let (other, steal) = usage_pct(a, b);
         assert!((other - 25.0).abs() < 1e-9 && (steal - 5.0).abs() < 1e-9, "{other} {steal}");
         assert_eq!(usage_pct(a, a), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_quiet_reference_bounds_the_slowdown() {
+        let mut l = GuardLimits::default();
+        assert!(!l.too_slow(1e9), "no quiet reference: only the baseline ratio judges");
+        l.quiet_reference_ms = Some(20.0);
+        assert!(!l.too_slow(22.9));
+        assert!(l.too_slow(23.1), "1.15 × 20 ms is the limit");
+        l.max_slowdown = 1.5;
+        assert!(!l.too_slow(29.9) && l.too_slow(30.1));
     }
 
     #[test]

@@ -76,6 +76,15 @@ pub struct Cli {
     /// Largest reference-kernel time after a sample over its baseline (taken when the run starts).
     #[arg(long, global = true, default_value_t = 1.35)]
     pub guard_max_reference_ratio: f64,
+    /// The reference kernel's time on this machine when it is quiet, ms (a profile card's
+    /// `compute.reference_ms`). With it, a sample after which the kernel reads more than
+    /// `--guard-max-slowdown` times this is taken again, and a run does not start on a machine that
+    /// slow: a contended host changes plans' relative costs, not only their scale.
+    #[arg(long, global = true)]
+    pub guard_quiet_reference_ms: Option<f64>,
+    /// Largest reference-kernel time over `--guard-quiet-reference-ms`.
+    #[arg(long, global = true, default_value_t = 1.15)]
+    pub guard_max_slowdown: f64,
     #[command(subcommand)]
     command: Command,
 }

@@ -435,6 +435,23 @@ fn the_guard_refuses_a_busy_machine() {
     assert!(kept.is_empty(), "nothing polluted may be recorded: {kept}");
 }
 
+/// A machine slower than its quiet reference time allows is not measured at all: the run stops before
+/// its first sample and records nothing.
+#[test]
+fn the_guard_refuses_a_machine_slower_than_when_quiet() {
+    let out = tmp("slow.jsonl");
+    // No machine reads the reference kernel in a microsecond: every reading is too slow.
+    let mut args = vec!["--quiet", "--guard-retries", "0", "--guard-quiet-reference-ms", "0.001", "compute"];
+    args.extend(["--samples", "1", "--out", out.to_str().unwrap(), "--batch-size", "256", "--max-tables", "3"]);
+    args.extend(["--mem-cap", "4MiB", "--warmup", "1", "--reps", "2", "--no-flush"]);
+    let o = Command::new(BIN).args(&args).output().unwrap();
+    let e = stderr(&o);
+    assert!(!o.status.success(), "measured on a machine slower than its quiet reference");
+    assert!(e.contains("slower than when quiet") && e.contains("--guard-quiet-reference-ms = 0.001"), "{e}");
+    let kept = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(kept.is_empty(), "nothing may be recorded: {kept}");
+}
+
 /// Every refusal names the field and the value; none panics.
 #[test]
 fn bad_inputs_are_refused_with_the_field_and_value() {
@@ -452,6 +469,11 @@ fn bad_inputs_are_refused_with_the_field_and_value() {
     check(&["--backend", "gpu", "probe"], &["gpu", "--backend", "cpu, cuda"]);
     check(&["compute", "--samples", "1", "--out", o, "--shard", "2/2"], &["--shard", "\"2/2\""]);
     check(&["compute", "--samples", "0", "--out", o], &["--samples = 0"]);
+    check(
+        &["--guard-quiet-reference-ms=-3", "compute", "--samples", "1", "--out", o],
+        &["--guard-quiet-reference-ms = -3"],
+    );
+    check(&["--guard-max-slowdown", "0.5", "compute", "--samples", "1", "--out", o], &["--guard-max-slowdown = 0.5"]);
     check(&["compute", "--samples", "1", "--out", o, "--mem-cap", "16"], &["--mem-cap = 16", "smallest table"]);
     check(&["compute", "--samples", "1", "--out", o, "--mem-cap", "64TiB"], &["--mem-cap", "bytes available"]);
     let empty = tmp("empty.csv");

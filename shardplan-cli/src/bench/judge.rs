@@ -36,6 +36,11 @@ pub fn measure_cell(
     if measured.is_empty() {
         bail!("--measure-planners {:?} names none of the planners run (--algos)", args.measure_planners);
     }
+    if let Some(q) = args.measure_quiet_reference_ms
+        && !(q.is_finite() && q > 0.0)
+    {
+        bail!("--measure-quiet-reference-ms = {q} is invalid: a positive time in ms");
+    }
     let names: Vec<String> = measured.iter().map(|&p| entries[p].name.to_string()).collect();
     let mut tasks = Vec::new();
     let mut skipped = Vec::new();

@@ -18,6 +18,7 @@ pub struct Collector<'a> {
     rounds: u32,
     comm_from_plan: bool,
     guard: bool,
+    quiet_reference_ms: Option<f64>,
 }
 
 impl<'a> Collector<'a> {
@@ -31,6 +32,7 @@ impl<'a> Collector<'a> {
             rounds: args.measure_rounds,
             comm_from_plan: args.measure_comm_from_plan,
             guard: !args.measure_no_guard,
+            quiet_reference_ms: args.measure_quiet_reference_ms,
         }
     }
 
@@ -43,6 +45,9 @@ impl<'a> Collector<'a> {
             cmd.args(["--backend", self.backend, "--quiet"]);
             if !self.guard {
                 cmd.arg("--no-guard");
+            }
+            if let Some(q) = self.quiet_reference_ms {
+                cmd.args(["--guard-quiet-reference-ms", &q.to_string()]);
             }
             cmd.arg("measure-plan").args(docs).args([
                 "--batch-size",

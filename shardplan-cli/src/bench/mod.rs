@@ -132,6 +132,11 @@ pub struct BenchArgs {
     /// judge's own noise is still reported).
     #[arg(long)]
     pub measure_no_guard: bool,
+    /// The reference kernel's time on the measuring machine when quiet, ms (its profile card's
+    /// `compute.reference_ms`): passed to the collector's guard, which then takes a sample again when the
+    /// machine reads more than 1.15× slower, and waits for it before a task starts.
+    #[arg(long)]
+    pub measure_quiet_reference_ms: Option<f64>,
     /// Where plan documents and measurements are kept (default: `bench-plans` next to `--out`, or in
     /// the current directory).
     #[arg(long)]
