@@ -224,7 +224,9 @@ impl Guard {
             if attempt == limits.retries {
                 let q = limits.quiet_reference_ms.unwrap_or(baseline);
                 bail!(
-                    "the machine is {:.2}× slower than when quiet: the reference kernel reads {baseline:.2} ms against                      --guard-quiet-reference-ms = {q} (limit {:.2}×) over {} tries; a contended host changes plans'                      relative costs, so measure when it is quiet (or raise --guard-max-slowdown)",
+                    "the machine is {:.2}× slower than when quiet: the reference kernel reads {baseline:.2} ms against \
+                     --guard-quiet-reference-ms = {q} (limit {:.2}×) over {} tries; a contended host changes plans' \
+                     relative costs, so measure when it is quiet (or raise --guard-max-slowdown)",
                     baseline / q,
                     limits.max_slowdown,
                     attempt + 1
