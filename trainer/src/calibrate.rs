@@ -124,7 +124,7 @@ pub enum Only {
 }
 
 /// How the collector times every set of the loop (compute, requested sets, held-out plans).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CollectorTiming {
     /// Untimed runs before the timed ones.
     pub warmup: u32,
@@ -134,11 +134,14 @@ pub struct CollectorTiming {
     pub flush: bool,
     /// The contention guard (off only where measurements run beside each other, as in the tests).
     pub guard: bool,
+    /// The machine's reference-kernel time when quiet, ms: the guard then refuses samples taken more than
+    /// 1.15× slower (`shardplan-collect --guard-quiet-reference-ms`).
+    pub quiet_reference_ms: Option<f64>,
 }
 
 impl Default for CollectorTiming {
     fn default() -> Self {
-        Self { warmup: 2, reps: 10, flush: true, guard: true }
+        Self { warmup: 2, reps: 10, flush: true, guard: true, quiet_reference_ms: None }
     }
 }
 
@@ -197,6 +200,11 @@ impl CalibrateOptions {
     }
 
     fn validate(&self) -> Result<()> {
+        if let Some(q) = self.timing.quiet_reference_ms
+            && !(q.is_finite() && q > 0.0)
+        {
+            bail!("--quiet-reference-ms = {q} is invalid: a positive time in ms");
+        }
         if self.cells.is_empty() || self.planners.is_empty() {
             bail!("`--cells` and `--planners` must each name at least one");
         }
@@ -266,6 +274,8 @@ impl CalibrateOptions {
         c.args(["--backend", &self.backend, "--quiet"]);
         if !self.timing.guard {
             c.arg("--no-guard");
+        } else if let Some(q) = self.timing.quiet_reference_ms {
+            c.args(["--guard-quiet-reference-ms", &q.to_string()]);
         }
         c
     }

@@ -119,6 +119,11 @@ pub struct CalibrateArgs {
     /// Turn the contention guard off (only where measurements run beside each other, as in tests).
     #[arg(long)]
     pub no_guard: bool,
+    /// The machine's reference-kernel time when quiet, ms (the start profile's card
+    /// `compute.reference_ms`): the collector's guard then refuses samples taken more than 1.15× slower,
+    /// where a contended host would change the sets' relative costs.
+    #[arg(long)]
+    pub quiet_reference_ms: Option<f64>,
 }
 
 /// `shardplan-train calibrate`: the loop, then every round's held-out report as a Markdown table.
@@ -170,6 +175,7 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
             reps: a.reps,
             flush: !a.no_flush,
             guard: !a.no_guard,
+            quiet_reference_ms: a.quiet_reference_ms,
         },
         command: crate::common::command_line(),
     };

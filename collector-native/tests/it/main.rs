@@ -559,9 +559,18 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
         target: trainer::models::ComputeTarget::Time,
         measure_rounds: 1,
         neighbours: 2,
-        timing: CollectorTiming { warmup: 0, reps: 1, flush: false, guard: false },
+        timing: CollectorTiming { warmup: 0, reps: 1, flush: false, guard: false, quiet_reference_ms: None },
         command: "test".into(),
     };
+    // A bad quiet reference is refused by name before anything runs.
+    let bad = CalibrateOptions {
+        timing: CollectorTiming { quiet_reference_ms: Some(-1.0), ..opts.timing },
+        out: out.with_extension("bad"),
+        ..opts.clone()
+    };
+    let e = calibrate(&bad).unwrap_err().to_string();
+    assert!(e.contains("--quiet-reference-ms = -1"), "{e}");
+    assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
     let reports = calibrate(&opts).unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[0].samples, 12);
