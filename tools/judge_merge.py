@@ -13,9 +13,9 @@ largest device total) and the two sittings' mean reference-kernel reading; the p
 beside it. The interleaving makes the merged run's halves (its even rounds against its odd ones) the two
 sittings, so on OUT:
 
-* `tools/judge_repeatability.py --ceiling OUT` estimates the tau a perfect model could expect against a
-  judge of one sitting, two sittings (the merged judge) and four, with the noise of a whole sitting (the
-  error its rounds share included), not only the noise between one sitting's rounds;
+* `tools/judge_repeatability.py --ceiling OUT` estimates the tau a perfect model could expect against the
+  merged judge (both sittings) and against 2× and 4× as many sittings, from the noise between whole
+  sittings (an error a sitting's rounds share included), not only the noise between one sitting's rounds;
 * `tools/judge_reprice.py OUT` sets the model against the two sittings' judge, beside the sittings'
   agreement with each other.
 
