@@ -20,7 +20,7 @@ sittings, so on OUT:
   agreement with each other.
 
 A plan whose document differs between the two runs (not the same pieces) stops the merge. Standard
-library only.
+library and `judge_repeatability.py` (beside it) only.
 """
 
 import json
@@ -29,14 +29,13 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_repeatability import plan_label, shared_cells  # noqa: E402  (the judge tools' one reading of a run)
+
 
 def label(task, p):
-    """A measured plan's label: `taskN_LABEL.plan.json`'s LABEL, else its planner."""
-    name = Path(p["plan"]).name
-    prefix = f"{task}_"
-    if name.startswith(prefix) and name.endswith(".plan.json"):
-        return name[len(prefix) : -len(".plan.json")]
-    return p["planner"].replace("+", "-")
+    """A measured plan's label, as the other judge tools name it (`task` is `taskN`)."""
+    return plan_label(f"{task}_", p)
 
 
 def plan_file(cell, task, p):
@@ -80,13 +79,7 @@ def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__.split("\n\n")[1])
     a_root, b_root, out_root = (Path(x) for x in sys.argv[1:])
-    for root in (a_root, b_root):
-        if not root.is_dir():
-            sys.exit(f"not a folder: {root}")
-    cells = sorted(c.name for c in a_root.iterdir() if c.is_dir() and (b_root / c.name).is_dir())
-    if not cells:
-        sys.exit(f"no cell folder is in both {a_root} and {b_root}")
-    for cell in cells:
+    for cell in shared_cells(a_root, b_root):
         a_cell, b_cell, o_cell = a_root / cell, b_root / cell, out_root / cell
         merged = 0
         for ma in sorted(a_cell.glob("task*.measured.json")):

@@ -82,6 +82,36 @@ def plan_cost(p, run_reference_ms, rounds=None, per_set_speed=False):
     return max(totals)
 
 
+def plan_label(prefix, p):
+    """A measured plan's label: LABEL of its file `PREFIX` + `LABEL.plan.json` (`prefix` is `taskN_`) where
+    the measurement names one, since the variants of `tools/judge_variants.sh` share their planner's name;
+    else its planner."""
+    recorded = Path(p["plan"]).name
+    if recorded.startswith(prefix) and recorded.endswith(".plan.json"):
+        return recorded[len(prefix) : -len(".plan.json")]
+    return p["planner"].replace("+", "-")
+
+
+def shared_cells(a_root: Path, b_root: Path):
+    """The cell folders two runs both have, sorted; stops with a message when a run is not a folder or
+    none is shared."""
+    for root in (a_root, b_root):
+        if not root.is_dir():
+            sys.exit(f"not a folder: {root}")
+    cells = sorted(c.name for c in a_root.iterdir() if c.is_dir() and (b_root / c.name).is_dir())
+    if not cells:
+        sys.exit(f"no cell folder is in both {a_root} and {b_root}")
+    return cells
+
+
+def centred(logs):
+    """`logs` less their mean, rescaled for the degree of freedom the mean takes (empty below two)."""
+    if len(logs) < 2:
+        return []
+    mean = statistics.mean(logs)
+    return [(x - mean) * math.sqrt(len(logs) / (len(logs) - 1)) for x in logs]
+
+
 def load_cell(cell: Path, half=None, per_set_speed=False):
     """{task index: (reference_ms, {planner: (pieces, cost_ms)})} for one cell folder; with `half` (0 or 1),
     each plan's cost over its even-numbered (0) or odd-numbered (1) measuring rounds instead of all of
@@ -92,14 +122,8 @@ def load_cell(cell: Path, half=None, per_set_speed=False):
         doc = json.loads(measured.read_text())
         plans = {}
         for p in doc["plans"]:
-            # Labelled by the plan's file (`taskN_LABEL.plan.json`) where the measurement names one: the
-            # variants of `tools/judge_variants.sh` share their planner's name; else by the planner.
-            recorded = Path(p["plan"]).name
             prefix = f"task{task}_"
-            if recorded.startswith(prefix) and recorded.endswith(".plan.json"):
-                name = recorded[len(prefix) : -len(".plan.json")]
-            else:
-                name = p["planner"].replace("+", "-")
+            name = plan_label(prefix, p)
             plan_file = next((f for f in (cell / f"{prefix}{name}.plan.json", Path(p["plan"])) if f.exists()), None)
             pieces = json.loads(plan_file.read_text())["pieces"] if plan_file else None
             n = len(p["round_costs_ms"])
@@ -133,12 +157,8 @@ def kendall_tau(xs, ys):
 def within_rms(a, b, kept):
     """Root mean square over the plans `kept` (task → names) of log(b / a) about each task's mean, rescaled for
     the degree of freedom the mean takes; `a` and `b` as `load_cell` reads them."""
-    sq = []
-    for task, names in kept.items():
-        d = [math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names]
-        mean = statistics.mean(d)
-        sq += [(x - mean) ** 2 * len(d) / (len(d) - 1) for x in d]
-    return math.sqrt(statistics.mean(sq)) if sq else float("nan")
+    res = [r for task, names in kept.items() for r in centred([math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names])]
+    return math.sqrt(statistics.mean(r * r for r in res)) if res else float("nan")
 
 
 def quantiles(values):
@@ -176,10 +196,8 @@ def ceiling(a, b, full, draws=400, seed=1):
         names = sorted(set(a[task][1]) & set(b[task][1]) & set(full[task][1]))
         if len(names) < 2:
             continue
-        d = [math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names]
-        mean = statistics.mean(d)
         # Residuals about the task's common shift, rescaled for the mean they lose.
-        diffs += [(x - mean) * math.sqrt(len(d) / (len(d) - 1)) for x in d]
+        diffs += centred([math.log(b[task][1][n][1] / a[task][1][n][1]) for n in names])
         truths.append([math.log(full[task][1][n][1]) for n in names])
     if not truths:
         return None
@@ -220,13 +238,7 @@ def main():
         sys.exit(__doc__.split("\n\n")[1])
     a_root, b_root = Path(args[0]), Path(args[-1])
     halves = len(args) == 1
-    for root in (a_root, b_root):
-        if not root.is_dir():
-            sys.exit(f"not a folder: {root}")
-    cells = sorted(c.name for c in a_root.iterdir() if c.is_dir() and (b_root / c.name).is_dir())
-    if not cells:
-        sys.exit(f"no cell folder is in both {a_root} and {b_root}")
-    for cell in cells:
+    for cell in shared_cells(a_root, b_root):
         if halves:
             a, b = load_cell(a_root / cell, 0, per_set_speed), load_cell(b_root / cell, 1, per_set_speed)
         else:

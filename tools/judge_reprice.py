@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_repeatability import kendall_tau, plan_cost  # noqa: E402  (the judge's own tau-b and plan cost)
+from judge_repeatability import centred, kendall_tau, plan_cost  # noqa: E402  (the judge's own arithmetic)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
@@ -45,14 +45,6 @@ def reference_ms(model):
     if not card.exists():
         return None
     return json.loads(card.read_text())["compute"].get("reference_ms")
-
-
-def centred(logs):
-    """`logs` less their mean, rescaled for the degree of freedom the mean takes (empty below two)."""
-    if len(logs) < 2:
-        return []
-    mean = statistics.mean(logs)
-    return [(x - mean) * math.sqrt(len(logs) / (len(logs) - 1)) for x in logs]
 
 
 def main():
