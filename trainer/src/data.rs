@@ -1,5 +1,6 @@
-//! Reading collector datasets (`.jsonl` or `.jsonl.gz`) into training samples, through
-//! planner-core's record types and feature schema (the trainer cannot drift from the planner).
+//! Reading collector datasets (`.jsonl` or `.jsonl.gz`) and measured plans (`measure-plan --out`) into
+//! training samples, through planner-core's record types and feature schema (the trainer cannot drift
+//! from the planner).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -115,14 +116,22 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
     let mut hasher = Sha256::new();
     // The checks `shardplan-collect check` makes: one hardware, every sample once.
     let mut reader = DatasetReader::new(HardwarePolicy::Single);
+    let mut measured = Vec::new();
     for p in paths {
         let text = read_text(p)?;
         hasher.update(text.as_bytes());
-        reader.add(&p.display().to_string(), &text)?;
+        if let Some(m) = measured_plans(p, &text, norm)? {
+            measured.push(m);
+        } else {
+            reader.add(&p.display().to_string(), &text)?;
+        }
     }
     let records = reader.into_records();
-    let Some(first) = records.first() else { bail!("datasets {paths:?} hold no records") };
-    let hardware = first.hardware.clone();
+    let hardware = match (records.first(), measured.first()) {
+        (Some(r), _) => r.hardware.clone(),
+        (None, Some(m)) => m.hardware.clone(),
+        (None, None) => bail!("datasets {paths:?} hold no records"),
+    };
     let mut batch_size = None;
     let mut compute = Vec::new();
     let mut comm: BTreeMap<usize, Vec<CommSample>> = BTreeMap::new();
@@ -162,6 +171,22 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
             }
         }
     }
+    for m in &measured {
+        if m.hardware.fingerprint != hardware.fingerprint {
+            bail!(
+                "{} was measured on {:?} but the first dataset on {:?}: train one profile per hardware",
+                m.path,
+                m.hardware.fingerprint,
+                hardware.fingerprint
+            );
+        }
+        if *batch_size.get_or_insert(m.batch_size) != m.batch_size {
+            bail!("{} has batch size {} but earlier compute samples {batch_size:?}", m.path, m.batch_size);
+        }
+    }
+    for m in measured {
+        compute.extend(m.sets);
+    }
     Ok(Loaded {
         compute,
         comm,
@@ -179,10 +204,262 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
     })
 }
 
+/// The device sets of one `shardplan.measured-plans/v1` document as compute samples.
+struct MeasuredSets {
+    path: String,
+    hardware: planner_core::dataset::Hardware,
+    batch_size: u32,
+    /// One sample per distinct set: its pieces, the median over rounds of its forward + backward time,
+    /// and the median of the reference-kernel readings taken after it.
+    sets: Vec<ComputeSample>,
+}
+
+/// Reads `text` as a measured-plans document (`shardplan-collect measure-plan --out`), or returns `None`
+/// when it is not one (a dataset's JSON lines). Every device set of every measured plan is a compute
+/// sample: its pieces from the plan file (found beside the document by name, else where the document
+/// recorded it) and its measured compute (the median over the rounds of the set's fused forward +
+/// backward). A set that several plans of the document share was timed once and counts once.
+fn measured_plans(path: &Path, text: &str, norm: &Normalisation) -> Result<Option<MeasuredSets>> {
+    use planner_core::document::{MEASURED_SCHEMA, MeasuredPlans, PlanDocument};
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else { return Ok(None) };
+    if value.get("schema").and_then(|s| s.as_str()) != Some(MEASURED_SCHEMA) {
+        return Ok(None);
+    }
+    let doc = MeasuredPlans::from_json(text).with_context(|| format!("reading {}", path.display()))?;
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut seen = std::collections::BTreeSet::new();
+    let mut sets = Vec::new();
+    for (i, m) in doc.plans.iter().enumerate() {
+        let recorded = Path::new(&m.plan);
+        let beside = recorded.file_name().map(|n| dir.join(n));
+        let plan_path = match beside.filter(|b| b.is_file()) {
+            Some(b) => b,
+            None if recorded.is_file() => recorded.to_path_buf(),
+            None => bail!(
+                "{}: plans[{i}].plan = {:?} is neither beside the document nor at that path",
+                path.display(),
+                m.plan
+            ),
+        };
+        let plan_text =
+            std::fs::read_to_string(&plan_path).with_context(|| format!("reading {}", plan_path.display()))?;
+        let (pdoc, plan) =
+            PlanDocument::from_json(&plan_text).with_context(|| format!("parsing {}", plan_path.display()))?;
+        let n = pdoc.task.devices.count();
+        if m.measured.devices.len() != n {
+            bail!(
+                "{}: plans[{i}] measured {} devices but its plan {} has {n}",
+                path.display(),
+                m.measured.devices.len(),
+                plan_path.display()
+            );
+        }
+        for (d, idx) in plan.pieces_by_device(n).iter().enumerate() {
+            if idx.is_empty() {
+                continue;
+            }
+            let pieces: Vec<(TableSpec, u64)> = idx
+                .iter()
+                .map(|&k| {
+                    let piece = &plan.pieces()[k];
+                    let mut table = pdoc.task.tables[piece.table_id].clone();
+                    let rows = piece.row_count(table.rows);
+                    table.dim = piece.dim;
+                    (table, rows)
+                })
+                .collect();
+            let target_ms = m.measured.devices[d].compute_ms;
+            if !(target_ms.is_finite() && target_ms > 0.0) {
+                bail!("{}: plans[{i}] device {d} has compute_ms = {target_ms}: a positive time", path.display());
+            }
+            // A set is its pieces: table, width and rows (a row piece by its range: two ranges of one
+            // size see different lookups).
+            let mut key: Vec<String> = idx
+                .iter()
+                .map(|&k| {
+                    let piece = &plan.pieces()[k];
+                    let rows = piece.rows.map(|r| (r.offset, r.count));
+                    format!("{}:{}:{rows:?}", pdoc.task.tables[piece.table_id].name, piece.dim)
+                })
+                .collect();
+            key.sort();
+            if !seen.insert(key) {
+                continue;
+            }
+            let readings: Vec<f64> = m
+                .round_device_reference_ms
+                .iter()
+                .filter_map(|r| r.get(d).copied())
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .collect();
+            let reference = (!readings.is_empty()).then(|| planner_core::dataset::median(&readings));
+            let features = pieces
+                .iter()
+                .map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows })))
+                .collect();
+            sets.push(ComputeSample { pieces, features, target_ms, reference_ms: reference });
+        }
+    }
+    if sets.is_empty() {
+        bail!("{} holds no measured device set", path.display());
+    }
+    Ok(Some(MeasuredSets {
+        path: path.display().to_string(),
+        hardware: doc.hardware,
+        batch_size: doc.batch_size,
+        sets,
+    }))
+}
+
 /// A table's identity independent of its dim (rows, pooling factor, bins), for unseen-table checks.
 #[must_use]
 pub fn table_identity(t: &TableSpec) -> Vec<u64> {
     let mut v = vec![t.rows, t.pooling_factor.to_bits()];
     v.extend(t.bins.iter().map(|b| b.to_bits()));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planner_core::dataset::{BackendKind, Hardware, Protocol};
+    use planner_core::document::{MEASURED_SCHEMA, MeasuredPlan, MeasuredPlans, PlanDocument};
+    use planner_core::{AnalyticalModel, CostDefinition, Devices, ElementType, OptimizerState, Piece, Plan, Task};
+
+    fn table(name: &str, rows: u64, dim: u32) -> TableSpec {
+        TableSpec::new(
+            "t",
+            name.into(),
+            rows,
+            dim,
+            3.0,
+            [0.0; planner_core::table::NUM_BINS],
+            ElementType::Fp32,
+            OptimizerState::None,
+        )
+        .unwrap()
+    }
+
+    /// Writes two plans of one task and a measured-plans document of them (recorded under another folder,
+    /// as a bench run elsewhere records them); device `d` of plan `p` measured `compute[p][d]` ms.
+    fn fixture(dir: &Path, fingerprint: &str, compute: [[f64; 3]; 2]) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let task = Task::new(
+            vec![table("a", 1000, 16), table("b", 500, 8), table("c", 200, 8)],
+            Devices::uniform(3, 1 << 30).unwrap(),
+        )
+        .unwrap();
+        // Both plans put the first half of `a`'s rows with `b` on device 0: one set, timed once.
+        let plans = [
+            vec![
+                Piece::row_range(0, 16, 0, 0, 500),
+                Piece::cols(1, 0, 8, 0),
+                Piece::row_range(0, 16, 1, 500, 500),
+                Piece::cols(2, 0, 8, 2),
+            ],
+            vec![
+                Piece::row_range(0, 16, 0, 0, 500),
+                Piece::cols(1, 0, 8, 0),
+                Piece::row_range(0, 16, 1, 500, 500),
+                Piece::cols(2, 0, 8, 1),
+            ],
+        ];
+        let model = AnalyticalModel::default();
+        let mut measured = Vec::new();
+        for (p, pieces) in plans.into_iter().enumerate() {
+            let plan = Plan::new(&task, pieces).unwrap();
+            let report = planner_core::evaluate(&task, &plan, &model, CostDefinition::NeuroShard).unwrap();
+            let mut timed = report.clone();
+            for (d, dev) in timed.devices.iter_mut().enumerate() {
+                dev.compute_ms = compute[p][d];
+            }
+            let name = format!("task0_p{p}.plan.json");
+            let doc = PlanDocument::new("hand", 0, task.clone(), &plan, report.clone());
+            std::fs::write(dir.join(&name), serde_json::to_string(&doc).unwrap()).unwrap();
+            measured.push(MeasuredPlan {
+                plan: format!("elsewhere/{name}"),
+                planner: "hand".into(),
+                predicted: report,
+                measured: timed,
+                round_costs_ms: vec![1.0, 1.0],
+                round_devices_ms: Vec::new(),
+                round_device_reference_ms: vec![vec![2.0, 2.0, 2.0], vec![4.0, 4.0, 0.0]],
+                cost_cv: 0.0,
+            });
+        }
+        let doc = MeasuredPlans {
+            schema: MEASURED_SCHEMA.into(),
+            hardware: Hardware {
+                backend: BackendKind::Cpu,
+                fingerprint: fingerprint.into(),
+                devices: vec!["cpu".into()],
+                software: "test".into(),
+            },
+            batch_size: 512,
+            seed: 1,
+            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false },
+            rounds: 2,
+            comm: "measured".into(),
+            reference_ms: Some(3.0),
+            plans: measured,
+        };
+        let path = dir.join("task0.measured.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+        path
+    }
+
+    /// A sample as the test compares it: pieces as (table, dim, rows), target ms, reference ms.
+    type Sample = (Vec<(String, u32, u64)>, f64, Option<f64>);
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("shardplan-data-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn a_measured_plans_document_gives_one_sample_per_distinct_device_set() {
+        let dir = scratch("measured");
+        let path = fixture(&dir, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        let loaded = load(&[path], normalisation(true).unwrap()).unwrap();
+        // Plan 0: three sets; plan 1: its device 0 is plan 0's (counted once), device 1 new, device 2 empty.
+        let got: Vec<Sample> = loaded
+            .compute
+            .iter()
+            .map(|s| (s.pieces.iter().map(|(t, r)| (t.name.clone(), t.dim, *r)).collect(), s.target_ms, s.reference_ms))
+            .collect();
+        let set = |v: &[(&str, u32, u64)]| v.iter().map(|(n, d, r)| ((*n).to_string(), *d, *r)).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![
+                (set(&[("a", 16, 500), ("b", 8, 500)]), 1.5, Some(3.0)),
+                (set(&[("a", 16, 500)]), 2.5, Some(3.0)),
+                (set(&[("c", 8, 200)]), 0.5, Some(2.0)),
+                (set(&[("a", 16, 500), ("c", 8, 200)]), 3.0, Some(3.0)),
+            ]
+        );
+        assert_eq!(loaded.batch_size, 512);
+        assert_eq!(loaded.compute[0].features.len(), 2);
+        assert_eq!(loaded.reference_ms(), Some(3.0));
+    }
+
+    #[test]
+    fn measured_plans_are_refused_with_the_file_and_field_named() {
+        let dir = scratch("measured-bad");
+        let path = fixture(&dir, "cpu:test", [[1.5, 2.5, 0.5], [1.5, -1.0, 0.0]]);
+        let e = format!("{:#}", load(&[path], normalisation(true).unwrap()).err().unwrap());
+        assert!(e.contains("plans[1] device 1 has compute_ms = -1"), "{e}");
+
+        let path = fixture(&dir, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        std::fs::remove_file(dir.join("task0_p1.plan.json")).unwrap();
+        let e = format!("{:#}", load(&[path], normalisation(true).unwrap()).err().unwrap());
+        assert!(e.contains("plans[1].plan = \"elsewhere/task0_p1.plan.json\" is neither beside"), "{e}");
+
+        // One profile per hardware: a document from another machine than the datasets before it.
+        let other = scratch("measured-other");
+        let a = fixture(&dir, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        let b = fixture(&other, "cpu:other", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        let e = format!("{:#}", load(&[a, b], normalisation(true).unwrap()).err().unwrap());
+        assert!(e.contains("\"cpu:other\"") && e.contains("one profile per hardware"), "{e}");
+    }
 }

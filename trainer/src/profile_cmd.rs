@@ -20,7 +20,9 @@ pub struct ProfileArgs {
     /// Profile name (selects it in the planner).
     #[arg(long)]
     pub name: String,
-    /// Dataset files (`.jsonl` or `.jsonl.gz`): compute and comm records.
+    /// Dataset files (`.jsonl` or `.jsonl.gz`): compute and comm records; or measured-plans documents
+    /// (`shardplan-collect measure-plan --out`, each plan file beside it or where it recorded it), whose
+    /// every distinct device set is a compute sample.
     #[arg(long = "data", required = true, num_args = 1..)]
     pub datasets: Vec<PathBuf>,
     /// Datasets measured on tables disjoint from the training tables (unseen-table metrics).
