@@ -154,10 +154,7 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
                     .map(|(k, t)| t.validated(k))
                     .collect::<planner_core::Result<_>>()
                     .with_context(|| format!("compute record {i}"))?;
-                let features = pieces
-                    .iter()
-                    .map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows })))
-                    .collect();
+                let features = features(&pieces, norm);
                 let reference_ms = r.conditions.and_then(|c| c.reference_ms).filter(|x| x.is_finite() && *x > 0.0);
                 compute.push(ComputeSample { pieces, features, target_ms: total.median_ms, reference_ms });
             }
@@ -202,6 +199,12 @@ pub fn load(paths: &[PathBuf], norm: &Normalisation) -> Result<Loaded> {
             s
         }),
     })
+}
+
+/// The normalised features of a set's pieces (each table at the piece's dim, the rows it holds), one row
+/// per piece.
+fn features(pieces: &[(TableSpec, u64)], norm: &Normalisation) -> Vec<Vec<f32>> {
+    pieces.iter().map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows }))).collect()
 }
 
 /// The device sets of one `shardplan.measured-plans/v1` document as compute samples.
@@ -293,10 +296,7 @@ fn measured_plans(path: &Path, text: &str, norm: &Normalisation) -> Result<Optio
                 .filter(|x| x.is_finite() && *x > 0.0)
                 .collect();
             let reference = (!readings.is_empty()).then(|| planner_core::dataset::median(&readings));
-            let features = pieces
-                .iter()
-                .map(|(t, rows)| norm.apply(&piece_raw(&PieceRef { table: t, dim: t.dim, rows: *rows })))
-                .collect();
+            let features = features(&pieces, norm);
             sets.push(ComputeSample { pieces, features, target_ms, reference_ms: reference });
         }
     }
