@@ -14,7 +14,8 @@ a row piece, two or more pieces of one table. Last, whether two devices of one p
 correlation of their log(measured / predicted compute), each task's mean taken off (the host's speed that
 day), by the cosine of what they hold (per table, its pieces' lookups × width, as `cost::piece_weight`
 weighs them; 0: no table in common, 1: the same tables in the same proportions, as a row-wise plan's
-devices). Standard library only.
+devices). Before that last table, the searched planners' (`neuroshard*`, `auto`) device compute against
+the others', by pieces held and memory fill. Standard library only.
 """
 
 import json
@@ -61,6 +62,7 @@ def main():
             )
         print()
     by_kind(cells)
+    by_size(cells)
     together(cells)
 
 
@@ -110,6 +112,52 @@ def by_kind(cells):
         v = groups[kind]
         sd = statistics.pstdev([math.log(x) for x in v]) if len(v) > 1 else 0.0
         print(f"| {kind} | {len(v)} | {gmean(v):.3f} | {sd:.3f} |")
+    print()
+
+
+def searched(planner):
+    """Whether a planner searches under its cost model (`neuroshard*`, `auto`) rather than follows a rule."""
+    return planner.startswith("neuroshard") or planner.startswith("auto")
+
+
+def by_size(cells):
+    """Measured / predicted device compute, the searched planners' devices against the others', by how many
+    pieces the device holds and how full its memory is: a search that keeps the sets its model errs low on
+    shows up as a gap at every size, a set the model has not seen as a gap at one."""
+    groups = {}
+    for cell in cells:
+        for path in sorted(cell.glob("task*.measured.json")):
+            for p in json.loads(path.read_text())["plans"]:
+                doc = cell / Path(p["plan"]).name
+                if not doc.exists():
+                    continue
+                plan = json.loads(doc.read_text())
+                who = "searched" if searched(p["planner"]) else "the others"
+                for a, b in zip(p["predicted"]["devices"], p["measured"]["devices"]):
+                    if a["compute_ms"] < 0.5 or b["compute_ms"] <= 0:
+                        continue
+                    n = device_kinds(plan, a["device"])[0]
+                    pieces = "1" if n == 1 else "2-3" if n <= 3 else "4-7" if n <= 7 else "8-15" if n <= 15 else "16+"
+                    fill = a["bytes"] / a["mem_cap_bytes"] if a.get("mem_cap_bytes") else 0.0
+                    memory = "< 50%" if fill < 0.5 else "50-80%" if fill < 0.8 else ">= 80%"
+                    ratio = b["compute_ms"] / a["compute_ms"]
+                    groups.setdefault(("pieces", pieces, who), []).append(ratio)
+                    groups.setdefault(("memory", memory, who), []).append(ratio)
+    if not groups:
+        return
+    print("## Every cell: device compute, measured / predicted, searched planners against the others")
+    print("| the device | searched: devices, geometric mean | the others: devices, geometric mean |")
+    print("|---|---|---|")
+    order = [("pieces", k) for k in ("1", "2-3", "4-7", "8-15", "16+")] + [
+        ("memory", k) for k in ("< 50%", "50-80%", ">= 80%")
+    ]
+    for what, key in order:
+        cols = []
+        for who in ("searched", "the others"):
+            v = groups.get((what, key, who), [])
+            cols.append(f"{len(v)}, {gmean(v):.3f}" if v else "-")
+        label = (f"{key} piece" + ("" if key == "1" else "s")) if what == "pieces" else f"memory {key} full"
+        print(f"| {label} | {cols[0]} | {cols[1]} |")
     print()
 
 
