@@ -80,9 +80,9 @@ def device_kinds(plan, device):
     return len(pieces), cols, rows, same
 
 
-def by_kind(cells):
-    """Measured / predicted device compute over every cell, by what the devices hold."""
-    groups = {}
+def measured_devices(cells):
+    """Every measured device of every plan whose plan document lies beside its measurement, predicted at
+    0.5 ms or more: (planner, plan document, predicted device, measured device)."""
     for cell in cells:
         for path in sorted(cell.glob("task*.measured.json")):
             for p in json.loads(path.read_text())["plans"]:
@@ -91,18 +91,24 @@ def by_kind(cells):
                     continue
                 plan = json.loads(doc.read_text())
                 for a, b in zip(p["predicted"]["devices"], p["measured"]["devices"]):
-                    if a["compute_ms"] < 0.5 or b["compute_ms"] <= 0:
-                        continue
-                    n, cols, rows, same = device_kinds(plan, a["device"])
-                    if same:
-                        kind = "2+ pieces of one table"
-                    elif rows:
-                        kind = "a row piece"
-                    elif cols:
-                        kind = "a column piece (no other of its table)"
-                    else:
-                        kind = f"whole tables only, {'1-3' if n <= 3 else '4-9' if n <= 9 else '10+'}"
-                    groups.setdefault(kind, []).append(b["compute_ms"] / a["compute_ms"])
+                    if a["compute_ms"] >= 0.5 and b["compute_ms"] > 0:
+                        yield p["planner"], plan, a, b
+
+
+def by_kind(cells):
+    """Measured / predicted device compute over every cell, by what the devices hold."""
+    groups = {}
+    for _, plan, a, b in measured_devices(cells):
+        n, cols, rows, same = device_kinds(plan, a["device"])
+        if same:
+            kind = "2+ pieces of one table"
+        elif rows:
+            kind = "a row piece"
+        elif cols:
+            kind = "a column piece (no other of its table)"
+        else:
+            kind = f"whole tables only, {'1-3' if n <= 3 else '4-9' if n <= 9 else '10+'}"
+        groups.setdefault(kind, []).append(b["compute_ms"] / a["compute_ms"])
     if not groups:
         return
     print("## Every cell: device compute, measured / predicted, by what the device holds")
@@ -125,24 +131,15 @@ def by_size(cells):
     pieces the device holds and how full its memory is: a search that keeps the sets its model errs low on
     shows up as a gap at every size, a set the model has not seen as a gap at one."""
     groups = {}
-    for cell in cells:
-        for path in sorted(cell.glob("task*.measured.json")):
-            for p in json.loads(path.read_text())["plans"]:
-                doc = cell / Path(p["plan"]).name
-                if not doc.exists():
-                    continue
-                plan = json.loads(doc.read_text())
-                who = "searched" if searched(p["planner"]) else "the others"
-                for a, b in zip(p["predicted"]["devices"], p["measured"]["devices"]):
-                    if a["compute_ms"] < 0.5 or b["compute_ms"] <= 0:
-                        continue
-                    n = device_kinds(plan, a["device"])[0]
-                    pieces = "1" if n == 1 else "2-3" if n <= 3 else "4-7" if n <= 7 else "8-15" if n <= 15 else "16+"
-                    fill = a["bytes"] / a["mem_cap_bytes"] if a.get("mem_cap_bytes") else 0.0
-                    memory = "< 50%" if fill < 0.5 else "50-80%" if fill < 0.8 else ">= 80%"
-                    ratio = b["compute_ms"] / a["compute_ms"]
-                    groups.setdefault(("pieces", pieces, who), []).append(ratio)
-                    groups.setdefault(("memory", memory, who), []).append(ratio)
+    for planner, plan, a, b in measured_devices(cells):
+        who = "searched" if searched(planner) else "the others"
+        n = device_kinds(plan, a["device"])[0]
+        pieces = "1" if n == 1 else "2-3" if n <= 3 else "4-7" if n <= 7 else "8-15" if n <= 15 else "16+"
+        fill = a["bytes"] / a["mem_cap_bytes"] if a.get("mem_cap_bytes") else 0.0
+        memory = "< 50%" if fill < 0.5 else "50-80%" if fill < 0.8 else ">= 80%"
+        ratio = b["compute_ms"] / a["compute_ms"]
+        groups.setdefault(("pieces", pieces, who), []).append(ratio)
+        groups.setdefault(("memory", memory, who), []).append(ratio)
     if not groups:
         return
     print("## Every cell: device compute, measured / predicted, searched planners against the others")
