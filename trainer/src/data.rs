@@ -42,12 +42,24 @@ impl ComputeSample {
 }
 
 impl Loaded {
-    /// The reference speed of the compute samples: the median of their reference readings, when every
-    /// sample has one.
-    #[must_use]
-    pub fn reference_ms(&self) -> Option<f64> {
-        let refs: Option<Vec<f64>> = self.compute.iter().map(|s| s.reference_ms).collect();
-        refs.filter(|r| !r.is_empty()).map(|r| planner_core::dataset::median(&r))
+    /// The reference speed of the compute samples: the median of their reference readings when every
+    /// sample has one, `None` when none has (data measured without the contention guard, such as a GPU's).
+    /// Refuses a mix, naming how many samples lack a reading: scaling some targets and not others would
+    /// train on two speeds at once.
+    pub fn reference_ms(&self) -> Result<Option<f64>> {
+        let refs: Vec<f64> = self.compute.iter().filter_map(|s| s.reference_ms).collect();
+        if refs.is_empty() {
+            return Ok(None);
+        }
+        let missing = self.compute.len() - refs.len();
+        if missing > 0 {
+            bail!(
+                "{missing} of {} compute samples have no reference-kernel reading (the others do): train on the \
+                 times as measured (`--speed measured`) or leave out the data measured without one",
+                self.compute.len()
+            );
+        }
+        Ok(Some(planner_core::dataset::median(&refs)))
     }
 
     /// Expresses every compute sample's time at the reference speed `reference_ms`: `time × reference /
@@ -213,7 +225,8 @@ struct MeasuredSets {
     hardware: planner_core::dataset::Hardware,
     batch_size: u32,
     /// One sample per distinct set: its pieces, the median over rounds of its forward + backward time,
-    /// and the median of the reference-kernel readings taken after it.
+    /// and the median of the reference-kernel readings taken after it (the document's `reference_ms` when
+    /// it recorded none per set).
     sets: Vec<ComputeSample>,
 }
 
@@ -295,7 +308,13 @@ fn measured_plans(path: &Path, text: &str, norm: &Normalisation) -> Result<Optio
                 .filter_map(|r| r.get(d).copied())
                 .filter(|x| x.is_finite() && *x > 0.0)
                 .collect();
-            let reference = (!readings.is_empty()).then(|| planner_core::dataset::median(&readings));
+            // The readings taken after this set, else the run's own median reading (documents measured
+            // before per-set readings were recorded): the speed the judge scales the same plans by.
+            let reference = if readings.is_empty() {
+                doc.reference_ms.filter(|x| x.is_finite() && *x > 0.0)
+            } else {
+                Some(planner_core::dataset::median(&readings))
+            };
             let features = features(&pieces, norm);
             sets.push(ComputeSample { pieces, features, target_ms, reference_ms: reference });
         }
@@ -440,7 +459,47 @@ mod tests {
         );
         assert_eq!(loaded.batch_size, 512);
         assert_eq!(loaded.compute[0].features.len(), 2);
-        assert_eq!(loaded.reference_ms(), Some(3.0));
+        assert_eq!(loaded.reference_ms().unwrap(), Some(3.0));
+    }
+
+    /// Rewrites the fixture's document without per-set readings, with `reference_ms` as its run's reading.
+    fn without_set_readings(path: &Path, reference_ms: Option<f64>) {
+        let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for p in doc["plans"].as_array_mut().unwrap() {
+            p["round_device_reference_ms"] = serde_json::json!([]);
+        }
+        match reference_ms {
+            Some(r) => doc["reference_ms"] = serde_json::json!(r),
+            None => drop(doc.as_object_mut().unwrap().remove("reference_ms")),
+        }
+        std::fs::write(path, serde_json::to_string(&doc).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn sets_without_their_own_reading_take_the_runs_and_a_mix_is_refused() {
+        // Without per-set readings every set takes the run's median reading.
+        let dir = scratch("run-reading");
+        let path = fixture(&dir, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        without_set_readings(&path, Some(5.0));
+        let loaded = load(&[path], normalisation(true).unwrap()).unwrap();
+        assert!(loaded.compute.iter().all(|s| s.reference_ms == Some(5.0)));
+        assert_eq!(loaded.reference_ms().unwrap(), Some(5.0));
+        // With no reading at all: no reference speed (trained on the times as measured).
+        let bare = scratch("no-reading");
+        let bare_path = fixture(&bare, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        without_set_readings(&bare_path, None);
+        let loaded = load(std::slice::from_ref(&bare_path), normalisation(true).unwrap()).unwrap();
+        assert_eq!(loaded.reference_ms().unwrap(), None);
+        // A document with readings beside one without: refused, not silently trained at two speeds.
+        let with = scratch("with-reading");
+        let with_path = fixture(&with, "cpu:test", [[1.5, 2.5, 0.5], [1.5, 3.0, 0.0]]);
+        let loaded = load(&[with_path, bare_path], normalisation(true).unwrap()).unwrap();
+        let e = loaded.reference_ms().unwrap_err().to_string();
+        assert!(e.contains("4 of 8 compute samples have no reference-kernel reading"), "{e}");
+        assert!(e.contains("--speed measured"), "{e}");
+        for d in [dir, bare, with] {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 
     #[test]

@@ -242,7 +242,7 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     }
     let norm = data::normalisation(opts.log_features)?;
     let mut data: Loaded = data::load(&opts.datasets, norm)?;
-    let reference_ms = if opts.speed_normalise { data.reference_ms() } else { None };
+    let reference_ms = if opts.speed_normalise { data.reference_ms()? } else { None };
     if let Some(r) = reference_ms {
         data.normalise_speed(r)?;
     }
