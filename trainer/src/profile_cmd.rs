@@ -58,8 +58,10 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub plain_features: bool,
     /// `reference`: train on the times at one machine speed (each target scaled by the dataset's
-    /// median reference-kernel reading over the sample's own; needs a reading on every sample);
-    /// `measured`: on the times as measured (`docs/COST_MODELS.md`, "Speed").
+    /// median reference-kernel reading over the sample's own; data where only some samples have a
+    /// reading is refused, data with none, such as a GPU's, is trained as measured; a measured plan's set
+    /// without its own reading takes its run's); `measured`: on the times as measured (`docs/COST_MODELS.md`,
+    /// "Speed").
     #[arg(long, value_enum, default_value_t = Speed::Reference)]
     pub speed: Speed,
     /// What the compute networks learn: `time`, or `over-terms`, the measured time over the memory-terms
