@@ -242,7 +242,17 @@ pub fn train_profile(opts: &ProfileOptions) -> Result<ProfileOutcome> {
     }
     let norm = data::normalisation(opts.log_features)?;
     let mut data: Loaded = data::load(&opts.datasets, norm)?;
-    let reference_ms = if opts.speed_normalise { data.reference_ms()? } else { None };
+    let reference_ms = if opts.speed_normalise { data.reference_ms() } else { None };
+    let with_reading = data.samples_with_reading();
+    if opts.speed_normalise && reference_ms.is_none() && with_reading > 0 {
+        eprintln!(
+            "note: {} of {} compute samples have no reference-kernel reading: the profile is trained on the \
+             times as measured (as with `--speed measured`); leave out the data without readings to train at \
+             one reference speed",
+            data.compute.len() - with_reading,
+            data.compute.len()
+        );
+    }
     if let Some(r) = reference_ms {
         data.normalise_speed(r)?;
     }

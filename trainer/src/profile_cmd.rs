@@ -58,8 +58,8 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub plain_features: bool,
     /// `reference`: train on the times at one machine speed (each target scaled by the dataset's
-    /// median reference-kernel reading over the sample's own; data where only some samples have a
-    /// reading is refused, data with none, such as a GPU's, is trained as measured; a measured plan's set
+    /// median reference-kernel reading over the sample's own; data where some sample has no reading,
+    /// such as a GPU's, is trained as measured, with a note when others have one; a measured plan's set
     /// without its own reading takes its run's); `measured`: on the times as measured (`docs/COST_MODELS.md`,
     /// "Speed").
     #[arg(long, value_enum, default_value_t = Speed::Reference)]
