@@ -7,11 +7,11 @@
 #          'refine-emax=neuroshard+refine:--expected-max' 'risk1=neuroshard+refine:--risk 1'
 #
 # CELL_DIR is one cell of a measured bench (`bench-plans/d4_dim32`, written by `shardplan bench
-# --measure-with`). For each of its measured tasks, every variant replans the same task (its tables,
-# devices, caps and seed, read back from the bench's plan documents) with `shardplan plan --algo ALGO
-# FLAGS`, under the TorchRec memory rule and the cost model COST_MODEL. The task's bench plans named in BASE
-# and the variants' plans are then measured together by `measure-plan`, interleaved in the same rounds, so
-# every comparison is made within one measurement. Prints each plan's measured mean and every variant's
+# --measure-with`), or of a bench that only wrote its plans (`--plans-only`). For each of its tasks, every
+# variant replans the same task (its tables, devices, caps and seed, read back from the bench's plan
+# documents) with `shardplan plan --algo ALGO FLAGS`, under the TorchRec memory rule and the cost model
+# COST_MODEL. The task's bench plans named in BASE and the variants' plans are then measured together by
+# `measure-plan`, interleaved in the same rounds, so every comparison is made within one measurement. Prints each plan's measured mean and every variant's
 # paired gain over each bench plan (mean ± standard error over tasks, tasks where it was not slower).
 # With no variant, the bench's plans named in BASE are measured again: a second sitting (e.g. ROUNDS=4).
 # Needs target/release/{shardplan,shardplan-collect}. Reruns reuse the plans and measurements on disk.
@@ -38,10 +38,15 @@ for v in "$@"; do
 done
 mkdir -p "$out"
 shopt -s nullglob
-measured=("$cell"/task*.measured.json)
-[ ${#measured[@]} -gt 0 ] || { echo "no task*.measured.json in $cell" >&2; exit 1; }
-for m in "${measured[@]}"; do
-  task=$(basename "$m" .measured.json)
+# The cell's tasks: those it measured, or, in a cell written by `shardplan bench --plans-only`, those with
+# a plan of the first BASE planner.
+tasks=()
+for m in "$cell"/task*.measured.json; do tasks+=("$(basename "$m" .measured.json)"); done
+if [ ${#tasks[@]} -eq 0 ]; then
+  for p in "$cell"/task*_"${base_names[0]}".plan.json; do tasks+=("$(basename "$p" "_${base_names[0]}.plan.json")"); done
+fi
+[ ${#tasks[@]} -gt 0 ] || { echo "no task*.measured.json nor task*_${base_names[0]}.plan.json in $cell" >&2; exit 1; }
+for task in "${tasks[@]}"; do
   plans=()
   for b in "${base_names[@]}"; do
     p=$cell/${task}_$b.plan.json
@@ -65,7 +70,10 @@ for m in "${measured[@]}"; do
     plans+=("$p")
   done
   if [ ! -f "$out/$task.measured.json" ]; then
-    seed_m=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seed"])' "$m")
+    # The bench's measurement seed (its plan documents carry the same task seed).
+    seed_m=$seed
+    [ -f "$cell/$task.measured.json" ] &&
+      seed_m=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seed"])' "$cell/$task.measured.json")
     echo "measuring $task (${#plans[@]} plans)" >&2
     quiet=()
     [ -n "${QUIET_REF_MS:-}" ] && quiet=(--guard-quiet-reference-ms "$QUIET_REF_MS")

@@ -13,15 +13,18 @@ use super::report::{Cell, PlannerCell};
 use super::{Bench, judge, mean};
 use crate::tasks_cmd::with_rule;
 
-/// The cell of `devices` devices and tables up to `max_dim`, `tasks` tasks; `measure`: the collector
-/// and the directory of the measured judge, when this cell is measured.
-pub fn cell(
-    b: &Bench,
-    devices: usize,
-    max_dim: u32,
-    tasks: usize,
-    measure: Option<(&Collector, &Path)>,
-) -> Result<Cell> {
+/// What becomes of a cell's judged tasks' plans (`judge::write_cell_plans`).
+#[derive(Clone, Copy)]
+pub enum CellJudge<'a> {
+    /// Written into the directory and measured with the collector: the measured judge.
+    Measure(&'a Collector<'a>, &'a Path),
+    /// Written into the directory, nothing measured (`--plans-only`).
+    PlansOnly(&'a Path),
+}
+
+/// The cell of `devices` devices and tables up to `max_dim`, `tasks` tasks; `judge`: what becomes of the
+/// judged tasks' plans, when this cell is judged.
+pub fn cell(b: &Bench, devices: usize, max_dim: u32, tasks: usize, judge: Option<CellJudge<'_>>) -> Result<Cell> {
     let spec = SuiteSpec::neuroshard(
         devices,
         max_dim,
@@ -64,8 +67,18 @@ pub fn cell(
             }
         })
         .collect();
-    let measured = match measure {
-        Some((collector, dir)) => {
+    let measured = match judge {
+        Some(CellJudge::PlansOnly(dir)) => {
+            let plans = judge::write_cell_plans(b, dir, &suite, &runs)?;
+            eprintln!(
+                "wrote the plans of {} tasks ({}) to {}; nothing measured",
+                plans.tasks.len(),
+                plans.names.join(", "),
+                dir.display()
+            );
+            None
+        }
+        Some(CellJudge::Measure(collector, dir)) => {
             eprintln!("measuring {devices} devices, max dim {max_dim} in {}", dir.display());
             let m = judge::measure_cell(b, collector, dir, &suite, &runs)?;
             for row in &m.summary.planners {

@@ -19,36 +19,31 @@ use shardplan_files::write_atomic;
 /// The planners whose best measured plan is ours.
 const OURS: [&str; 2] = ["neuroshard", "neuroshard+refine"];
 
-/// Measures the plans of the first `--measure-tasks` tasks of `suite` that every planner of
-/// `--measure-planners` solved (`runs`: every planner's runs on `suite`), keeping the plan documents
-/// and measurements in `dir`, and judges the predictions by them.
-pub fn measure_cell(
-    b: &Bench,
-    collector: &Collector,
-    dir: &Path,
-    suite: &[SuiteTask],
-    runs: &[Vec<Run>],
-) -> Result<MeasuredCell> {
-    let (args, entries, model) = (b.args, &b.entries, b.model.as_ref());
+/// The plan documents of one cell's judged tasks: for each of the first `--measure-tasks` tasks of
+/// `suite` that every planner of `--measure-planners` solved, its plans written into `dir`
+/// (`task{N}_{planner}.plan.json`). The one selection the measured judge measures and `--plans-only`
+/// writes.
+pub struct CellPlans {
+    /// The planners' names, in the order of every task's documents.
+    pub names: Vec<String>,
+    /// Per task: its index in `suite` and its plan documents.
+    pub tasks: Vec<(usize, Vec<std::path::PathBuf>)>,
+    /// Tasks left out, with the planners that did not solve them.
+    pub skipped: Vec<(usize, Vec<String>)>,
+}
+
+/// Writes the plan documents of `suite`'s judged tasks into `dir` ([`CellPlans`]).
+pub fn write_cell_plans(b: &Bench, dir: &Path, suite: &[SuiteTask], runs: &[Vec<Run>]) -> Result<CellPlans> {
+    let (args, entries) = (b.args, &b.entries);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let wanted: Vec<String> = args.measure_planners.split(',').map(|s| s.trim().to_string()).collect();
     let measured: Vec<usize> = (0..entries.len()).filter(|&p| wanted.iter().any(|w| w == entries[p].name)).collect();
     if measured.is_empty() {
         bail!("--measure-planners {:?} names none of the planners run (--algos)", args.measure_planners);
     }
-    if let Some(q) = args.measure_quiet_reference_ms
-        && !(q.is_finite() && q > 0.0)
-    {
-        bail!("--measure-quiet-reference-ms = {q} is invalid: a positive time in ms");
-    }
     let names: Vec<String> = measured.iter().map(|&p| entries[p].name.to_string()).collect();
     let mut tasks = Vec::new();
     let mut skipped = Vec::new();
-    let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
-    let mut hardware: Option<String> = None;
-    let mut comm: Option<String> = None;
-    // Comm's share of every measured plan's cost (at its bottleneck device).
-    let mut comm_shares = Vec::new();
     for (k, st) in suite.iter().enumerate() {
         if tasks.len() >= args.measure_tasks {
             break;
@@ -67,9 +62,39 @@ pub fn measure_cell(
             write_atomic(&path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
             docs.push(path);
         }
+        tasks.push((k, docs));
+    }
+    Ok(CellPlans { names, tasks, skipped })
+}
+
+/// Measures the plans of the first `--measure-tasks` tasks of `suite` that every planner of
+/// `--measure-planners` solved (`runs`: every planner's runs on `suite`), keeping the plan documents
+/// and measurements in `dir`, and judges the predictions by them.
+pub fn measure_cell(
+    b: &Bench,
+    collector: &Collector,
+    dir: &Path,
+    suite: &[SuiteTask],
+    runs: &[Vec<Run>],
+) -> Result<MeasuredCell> {
+    let (args, model) = (b.args, b.model.as_ref());
+    if let Some(q) = args.measure_quiet_reference_ms
+        && !(q.is_finite() && q > 0.0)
+    {
+        bail!("--measure-quiet-reference-ms = {q} is invalid: a positive time in ms");
+    }
+    let CellPlans { names, tasks: docs, skipped } = write_cell_plans(b, dir, suite, runs)?;
+    let mut tasks = Vec::new();
+    let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
+    let mut hardware: Option<String> = None;
+    let mut comm: Option<String> = None;
+    // Comm's share of every measured plan's cost (at its bottleneck device).
+    let mut comm_shares = Vec::new();
+    for (k, docs) in &docs {
+        let st = &suite[*k];
         let out = dir.join(format!("task{}.measured.json", st.index));
         eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
-        let m = collector.measure(&docs, &out, st.seed)?;
+        let m = collector.measure(docs, &out, st.seed)?;
         if hardware.is_none() {
             let here = &m.hardware.fingerprint;
             if let Some(trained) = model_hardware.as_ref().filter(|t| *t != here) {

@@ -97,6 +97,12 @@ pub struct BenchArgs {
     /// A `shardplan-collect` binary: measure plans with it (the measured judge).
     #[arg(long)]
     pub measure_with: Option<PathBuf>,
+    /// Write the plans the measured judge would measure (the first `--measure-tasks` tasks of each
+    /// `--measure-cells` cell that every `--measure-planners` planner solved) into `--plans-dir`, and
+    /// measure nothing: to measure them later or on another machine (`shardplan-collect measure-plan`,
+    /// `tools/judge_variants.sh`).
+    #[arg(long, conflicts_with = "measure_with")]
+    pub plans_only: bool,
     /// Backend of the measurements (`cpu` or `cuda`).
     #[arg(long, default_value = "cpu")]
     pub measure_backend: String,
@@ -261,8 +267,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         for &max_dim in &max_dims {
             let wanted = measure_cells.as_ref().is_none_or(|c| c.contains(&(devices, max_dim)));
             let dir = plans_dir.join(format!("d{devices}_dim{max_dim}"));
-            let measure = collector.as_ref().filter(|_| wanted && args.measure_tasks > 0).map(|c| (c, dir.as_path()));
-            cells.push(grid::cell(&b, devices, max_dim, tasks, measure)?);
+            let judge = match &collector {
+                _ if !wanted || args.measure_tasks == 0 => None,
+                Some(c) => Some(grid::CellJudge::Measure(c, dir.as_path())),
+                None if args.plans_only => Some(grid::CellJudge::PlansOnly(dir.as_path())),
+                None => None,
+            };
+            cells.push(grid::cell(&b, devices, max_dim, tasks, judge)?);
         }
     }
     // Each finished section is saved at once, so a later failure loses nothing already computed.

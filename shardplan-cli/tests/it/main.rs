@@ -554,6 +554,46 @@ fn bench_quick_with_a_measured_judge_reports_rank_agreement() {
 }
 
 #[test]
+fn bench_plans_only_writes_the_documents_the_judge_would_measure() {
+    let dir = scratch("bench-plans-only");
+    let args = |judge: &[&str], plans: &str| {
+        let mut c = bin();
+        c.args(["bench", "--quick", "--algos", "size,lookup,neuroshard", "--memory-rule", "weights"])
+            .args(["--exact-tasks", "0", "--scale-tasks", "0", "--protocol-tasks", "0", "--cost-model", "analytical"])
+            .args(["--measure-tasks", "3", "--measure-cells", "4x128", "--measure-planners", "size,neuroshard"])
+            .args(judge)
+            .args(["--plans-dir", dir.join(plans).to_str().unwrap()]);
+        c
+    };
+    let (o, text) = run(&mut args(&["--plans-only"], "only"));
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("wrote the plans of 3 tasks (size, neuroshard)"), "{text}");
+    assert!(!text.contains("Measured judge"), "nothing is measured: {text}");
+    let names = |d: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join(d).join("d4_dim128"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let only = names("only");
+    assert_eq!(only.len(), 6, "{only:?}");
+    assert!(dir.join("only/d4_dim16").read_dir().is_err(), "only the named cell is written");
+    // The same documents, byte for byte, as the measured judge writes and measures.
+    let (o, text) = run(&mut args(&["--measure-with", fake_collector(&dir, 1).to_str().unwrap()], "measured"));
+    assert!(o.status.success(), "{text}");
+    let measured: Vec<String> = names("measured").into_iter().filter(|n| n.ends_with(".plan.json")).collect();
+    assert_eq!(measured, only);
+    for n in &only {
+        let read = |d: &str| std::fs::read(dir.join(d).join("d4_dim128").join(n)).unwrap();
+        assert_eq!(read("only"), read("measured"), "{n}");
+    }
+    let (o, text) = run(&mut args(&["--plans-only", "--measure-with", "/bin/true"], "both"));
+    assert!(!o.status.success() && text.contains("--plans-only") && text.contains("--measure-with"), "{text}");
+}
+
+#[test]
 fn bench_refuses_bad_cells_and_a_missing_collector() {
     check_fails(bin().args(["bench", "--quick", "--measure-cells", "4by128"]), &["--measure-cells", "4by128"]);
     check_fails(bin().args(["bench", "--devices", "4,x", "--tasks", "1"]), &["--devices", "\"x\""]);
