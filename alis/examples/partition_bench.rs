@@ -3,7 +3,7 @@
 //! Mt-KaHyPar's results of `tools/alis_kahypar.py --out` on the same folder, the km1 gap and the time ratio.
 //!
 //! ```sh
-//! cargo run --release -p alis --example partition_bench -- out/dump-ml [out/mtk-ml.json] [--reps 3] [--scope direct|full] [--shards S]
+//! cargo run --release -p alis --example partition_bench -- out/dump-ml [out/mtk-ml.json] [--reps 3] [--scope direct|full] [--shards S] [--partitioner multilevel|deep]
 //! ```
 //!
 //! Each hypergraph is partitioned `--reps` times from the same seed (the replay's: the stream's seed) and
@@ -77,10 +77,10 @@ fn main() -> Res<()> {
     let reps: usize = take("--reps")?.map_or(Ok(3), |v| v.parse())?;
     let only_scope = take("--scope")?;
     let only_shards: Option<usize> = take("--shards")?.map(|v| v.parse()).transpose()?;
-    let dir = PathBuf::from(
-        args.first()
-            .ok_or("usage: partition_bench DUMP_DIR [MTK.json] [--reps N] [--scope direct|full] [--shards S]")?,
-    );
+    let partitioner: Partitioner = take("--partitioner")?.map_or(Ok(Partitioner::Multilevel), |v| v.parse())?;
+    let dir = PathBuf::from(args.first().ok_or(
+        "usage: partition_bench DUMP_DIR [MTK.json] [--reps N] [--scope direct|full] [--shards S] [--partitioner P]",
+    )?);
     let manifest: Value = serde_json::from_str(&read(&dir.join("manifest.json"))?)?;
     let mut mtk: BTreeMap<(String, u64, u64, u64), (f64, f64)> = BTreeMap::new();
     if let Some(path) = args.get(1) {
@@ -116,13 +116,7 @@ fn main() -> Res<()> {
             let cap = o["cap"]
                 .as_u64()
                 .map_or_else(|| ((1.0 + eps) * n as f64 / shards as f64).ceil() as usize, |c| c as usize);
-            let params = PartitionParams {
-                shards,
-                caps: vec![cap; shards],
-                max_iters,
-                p_fanout: 0.5,
-                partitioner: Partitioner::Multilevel,
-            };
+            let params = PartitionParams { shards, caps: vec![cap; shards], max_iters, p_fanout: 0.5, partitioner };
             let init = vec![UNASSIGNED; n];
             let mut times = Vec::with_capacity(reps);
             let mut part = Vec::new();

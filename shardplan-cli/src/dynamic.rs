@@ -66,8 +66,8 @@ pub struct DynamicArgs {
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = StrategyConfig::default().top_k)]
     pub top_k: usize,
-    /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel` or `flat`
-    /// (the earlier one-level local search).
+    /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel`, `deep`
+    /// (multilevel with deep initial partitioning, docs/ALIS.md) or `flat` (the earlier one-level local search).
     #[arg(long, default_value = "multilevel")]
     pub partitioner: String,
     /// Instead of replaying: write the hypergraphs that `direct` and `full` (as chosen by --strategies)

@@ -35,6 +35,12 @@ use super::refine::PartState;
 
 /// Coarsening stops at this many vertices per block (Mt-KaHyPar's contraction limit multiplier).
 const CONTRACTION_PER_BLOCK: usize = 160;
+/// Deep multilevel partitioning splits its groups of blocks once a level has this many vertices per group
+/// (each half then gets at least 120, three quarters of a block's share at the contraction limit). Chosen on
+/// the five hypergraph dumps of `docs/ALIS.md` against Mt-KaHyPar: splitting later (320 per group) left the
+/// synthetic windows at S = 16 7.7% above it; splitting at the coarsest level, the MovieLens hypergraphs
+/// up to 9.3%.
+const DEEP_SPLIT_PER_GROUP: usize = 240;
 /// Nets with more pins than this do not rate clusters (their rating is tiny and costs a pass over them).
 const RATING_NET_LIMIT: usize = 1000;
 
@@ -55,6 +61,9 @@ pub(super) struct Settings {
     pub tries: usize,
     /// FM passes of each bisection try.
     pub try_fm: usize,
+    /// Deep multilevel partitioning (more than two blocks, no warm start): one hierarchy coarsened to a
+    /// bisection's size, blocks split on the way up ([`deep`]); otherwise recursive multilevel bisection.
+    pub deep: bool,
 }
 
 impl Settings {
@@ -73,6 +82,7 @@ impl Settings {
             patience: 100,
             tries: 4,
             try_fm: 1,
+            deep: false,
         }
     }
 }
@@ -95,6 +105,9 @@ pub(super) fn multilevel<R: Rng>(
     }
     if k == 1 {
         return vec![0; hg.n()];
+    }
+    if s.deep && k > 2 && init.is_none() {
+        return deep(hg, caps, free, s, rng);
     }
     let limit = CONTRACTION_PER_BLOCK * k;
     let w_max = hg.total_w.div_ceil(limit as u64).max(1);
@@ -381,6 +394,130 @@ fn complete_warm_start(hg: &Hg, k: usize, blocks: &[u16], caps: &[u64]) -> Vec<u
             on[e as usize * k + b] = true;
         }
     }
+    part
+}
+
+/// A group of final blocks `lo..hi` during deep multilevel partitioning: the weight it may hold (`cap`) and
+/// its share of the final weight (`total`), as recursive bisection gives a side.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    lo: usize,
+    hi: usize,
+    cap: u64,
+    total: u64,
+}
+
+/// How recursive bisection splits a group: the two halves of its blocks, each side's room and share.
+fn split_group(g: Group, caps: &[u64]) -> [Group; 2] {
+    let k = g.hi - g.lo;
+    let mid = g.lo + k / 2;
+    let sum = |c: &[u64]| c.iter().fold(0u64, |a, &x| a.saturating_add(x));
+    let (c0, c1) = (sum(&caps[g.lo..mid]), sum(&caps[mid..g.hi]));
+    let d = ceil_log2(k);
+    let room = u128::from(c0) + u128::from(c1);
+    let share = |c: u64| (u128::from(g.total) * u128::from(c)).checked_div(room).map_or(0, |x| x as u64);
+    let (t0, t1) = (share(c0), share(c1));
+    [
+        Group { lo: g.lo, hi: mid, cap: c0.min(t0 + c0.saturating_sub(t0) / d), total: t0 },
+        Group { lo: mid, hi: g.hi, cap: c1.min(t1 + c1.saturating_sub(t1) / d), total: t1 },
+    ]
+}
+
+/// Splits every group of more than one block in two by a flat bisection of its vertices (`part`: the group
+/// of every vertex, renumbered in block order), then refines the groups together.
+fn split_groups<R: Rng>(
+    hg: &Hg,
+    part: &mut Vec<u16>,
+    groups: &mut Vec<Group>,
+    caps: &[u64],
+    s: &Settings,
+    rng: &mut R,
+) {
+    let mut next: Vec<Group> = Vec::with_capacity(groups.len() * 2);
+    let mut new_part = vec![0u16; hg.n()];
+    for (gi, &g) in groups.iter().enumerate() {
+        let (sub, ids) = hg.side(part, gi as u16);
+        if g.hi - g.lo < 2 {
+            for &v in &ids {
+                new_part[v as usize] = next.len() as u16;
+            }
+            next.push(g);
+            continue;
+        }
+        let halves = split_group(g, caps);
+        let mut side_caps = [halves[0].cap, halves[1].cap];
+        // Unreachable with caps that hold the hypergraph, kept for safety as in recursive bisection: never
+        // ask a bisection for less room than the weight it must place.
+        if u128::from(side_caps[0]) + u128::from(side_caps[1]) < u128::from(sub.total_w) {
+            side_caps = halves.map(|h| caps[h.lo..h.hi].iter().fold(0u64, |a, &x| a.saturating_add(x)));
+        }
+        let bip = if sub.n() == 0 { Vec::new() } else { bisect(&sub, &side_caps, s, rng) };
+        for (i, &v) in ids.iter().enumerate() {
+            new_part[v as usize] = (next.len() + bip[i] as usize) as u16;
+        }
+        next.extend(halves);
+    }
+    *groups = next;
+    let group_caps: Vec<u64> = groups.iter().map(|g| g.cap).collect();
+    *part = refine(hg, groups.len(), new_part, &group_caps, s, rng).0;
+}
+
+/// Deep multilevel partitioning (the scheme of KaMinPar, and of Mt-KaHyPar's deep multilevel mode) into
+/// `caps.len() > 2` blocks: one hierarchy, coarsened as far as a bisection's (`2·160` vertices); the coarsest
+/// level bisected; on the way up, every group of blocks bisected again (a flat portfolio on its vertices at
+/// that level) once the level has [`DEEP_SPLIT_PER_GROUP`] vertices per group, and the groups refined
+/// together at every level; at the finest level the groups left are split until each is one block. Recursive
+/// bisection coarsens every bisection's hypergraph again; here each level is coarsened once.
+fn deep<R: Rng>(hg: &Hg, caps: &[u64], free: u64, s: &Settings, rng: &mut R) -> Vec<u16> {
+    let k = caps.len();
+    let limit = CONTRACTION_PER_BLOCK * 2;
+    let w_max = hg.total_w.div_ceil(limit as u64).max(1);
+    let mut levels: Vec<Hg> = Vec::new();
+    let mut maps: Vec<Vec<u32>> = Vec::new();
+    // The lossless step and then heavy-net clustering, as `multilevel` coarsens.
+    if hg.n() > CONTRACTION_PER_BLOCK * k / 2 {
+        let w_id = hg.total_w.div_ceil(32 * k as u64).max(w_max);
+        let (map, nc, _) = identical(hg, w_id, None);
+        if nc as u128 * 100 <= hg.n() as u128 * 95 {
+            levels.push(hg.contract(&map, nc));
+            maps.push(map);
+        }
+    }
+    loop {
+        let cur: &Hg = levels.last().unwrap_or(hg);
+        let n = cur.n();
+        if n <= limit {
+            break;
+        }
+        let (map, nc, _) = cluster(cur, w_max, None, limit.max(n * 2 / 5), rng);
+        if nc as u128 * 100 > n as u128 * 99 {
+            break;
+        }
+        levels.push(cur.contract(&map, nc));
+        maps.push(map);
+    }
+    let room = caps.iter().fold(0u64, |a, &x| a.saturating_add(x));
+    let mut groups = vec![Group { lo: 0, hi: k, cap: room, total: hg.total_w.saturating_add(free) }];
+    let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
+    // Splits while the level has enough vertices per group: the coarsest level at least once, the finest
+    // until every group is one block.
+    let split = |h: &Hg, part: &mut Vec<u16>, groups: &mut Vec<Group>, finest: bool, rng: &mut R| {
+        while groups.len() < k && (finest || groups.len() == 1 || h.n() >= DEEP_SPLIT_PER_GROUP * groups.len()) {
+            split_groups(h, part, groups, caps, if finest { s } else { &mid }, rng);
+        }
+    };
+    let coarsest: &Hg = levels.last().unwrap_or(hg);
+    let mut part = vec![0u16; coarsest.n()];
+    split(coarsest, &mut part, &mut groups, levels.is_empty(), rng);
+    for i in (0..levels.len()).rev() {
+        let fine: &Hg = if i == 0 { hg } else { &levels[i - 1] };
+        let projected: Vec<u16> = maps[i].iter().map(|&c| part[c as usize]).collect();
+        let group_caps: Vec<u64> = groups.iter().map(|g| g.cap).collect();
+        part = refine(fine, groups.len(), projected, &group_caps, if i == 0 { s } else { &mid }, rng).0;
+        split(fine, &mut part, &mut groups, i == 0, rng);
+    }
+    // Groups are kept in block order, one block each by now: a vertex's group is its block.
+    debug_assert!(groups.iter().enumerate().all(|(i, g)| g.lo == i && g.hi == i + 1));
     part
 }
 

@@ -678,7 +678,7 @@ fn dynamic_dumps_the_hypergraphs_direct_and_full_partition() {
     );
     check_fails(
         bin().args(["dynamic", "--input"]).arg(&input).args(["--partitioner", "kahypar"]),
-        &["partitioner", "kahypar", "multilevel, flat"],
+        &["partitioner", "kahypar", "multilevel, deep, flat"],
     );
     // The flat partitioner still runs every strategy.
     let (o, text) = run(bin().args(["dynamic", "--input"]).arg(&input).args([
