@@ -462,7 +462,7 @@ fn split_groups<R: Rng>(
     *part = refine(hg, groups.len(), new_part, &group_caps, s, rng).0;
 }
 
-/// Deep multilevel partitioning (the scheme of KaMinPar, and of Mt-KaHyPar's deep multilevel mode) into
+/// Deep multilevel partitioning (the scheme of `KaMinPar`, and of Mt-KaHyPar's deep multilevel mode) into
 /// `caps.len() > 2` blocks: one hierarchy, coarsened as far as a bisection's (`2·160` vertices); the coarsest
 /// level bisected; on the way up, every group of blocks bisected again (a flat portfolio on its vertices at
 /// that level) once the level has [`DEEP_SPLIT_PER_GROUP`] vertices per group, and the groups refined
