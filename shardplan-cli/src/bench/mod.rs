@@ -97,12 +97,6 @@ pub struct BenchArgs {
     /// A `shardplan-collect` binary: measure plans with it (the measured judge).
     #[arg(long)]
     pub measure_with: Option<PathBuf>,
-    /// Write the plans the measured judge would measure (the first `--measure-tasks` tasks of each
-    /// `--measure-cells` cell that every `--measure-planners` planner solved) into `--plans-dir`, and
-    /// measure nothing: to measure them later or on another machine (`shardplan-collect measure-plan`,
-    /// `tools/judge_variants.sh`).
-    #[arg(long, conflicts_with = "measure_with")]
-    pub plans_only: bool,
     /// Backend of the measurements (`cpu` or `cuda`).
     #[arg(long, default_value = "cpu")]
     pub measure_backend: String,
@@ -143,10 +137,8 @@ pub struct BenchArgs {
     /// machine reads more than 1.15× slower, and waits for it before a task starts.
     #[arg(long)]
     pub measure_quiet_reference_ms: Option<f64>,
-    /// Where plan documents and measurements are kept (default: `bench-plans` next to `--out`, or in
-    /// the current directory).
-    #[arg(long)]
-    pub plans_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub plans: PlansArgs,
     /// Write the JSON result here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -158,6 +150,21 @@ pub struct BenchArgs {
     /// Every task of every section is planned and judged under this rule.
     #[command(flatten)]
     pub memory: MemoryArgs,
+}
+
+/// Where the measured judge's plan documents go, and whether they are measured.
+#[derive(Args, Debug, Clone)]
+pub struct PlansArgs {
+    /// Where plan documents and measurements are kept (default: `bench-plans` next to `--out`, or in
+    /// the current directory).
+    #[arg(long)]
+    pub plans_dir: Option<PathBuf>,
+    /// Write the plans the measured judge would measure (the first `--measure-tasks` tasks of each
+    /// `--measure-cells` cell that every `--measure-planners` planner solved) into `--plans-dir`, and
+    /// measure nothing: to measure them later or on another machine (`shardplan-collect measure-plan`,
+    /// `tools/judge_variants.sh`).
+    #[arg(long, conflicts_with = "measure_with")]
+    pub plans_only: bool,
 }
 
 /// What every experiment reads: the flags, the planners run, the cost model (the prediction judge) and
@@ -250,10 +257,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             bin.display()
         );
     }
-    let plans_dir = args
-        .plans_dir
-        .clone()
-        .unwrap_or_else(|| args.out.as_ref().and_then(|o| o.parent()).unwrap_or(Path::new(".")).join("bench-plans"));
+    let plans_dir =
+        args.plans.plans_dir.clone().unwrap_or_else(|| {
+            args.out.as_ref().and_then(|o| o.parent()).unwrap_or(Path::new(".")).join("bench-plans")
+        });
     let collector = args.measure_with.as_deref().map(|bin| Collector::new(bin, args));
     let b = Bench {
         args,
@@ -270,7 +277,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let judge = match &collector {
                 _ if !wanted || args.measure_tasks == 0 => None,
                 Some(c) => Some(grid::CellJudge::Measure(c, dir.as_path())),
-                None if args.plans_only => Some(grid::CellJudge::PlansOnly(dir.as_path())),
+                None if args.plans.plans_only => Some(grid::CellJudge::PlansOnly(dir.as_path())),
                 None => None,
             };
             cells.push(grid::cell(&b, devices, max_dim, tasks, judge)?);
