@@ -109,40 +109,7 @@ pub(super) fn multilevel<R: Rng>(
     if s.deep && k > 2 && init.is_none() {
         return deep(hg, caps, free, s, rng);
     }
-    let limit = CONTRACTION_PER_BLOCK * k;
-    let w_max = hg.total_w.div_ceil(limit as u64).max(1);
-    let mut levels: Vec<Hg> = Vec::new();
-    let mut maps: Vec<Vec<u32>> = Vec::new();
-    let mut blocks: Option<Vec<u16>> = init.map(<[u16]>::to_vec);
-    // First, the lossless step: vertices on exactly the same nets (and in the same warm-start block) are
-    // interchangeable; merging them changes no partition's km1, only the balance granularity, so their merged
-    // weight is capped at `⌈W / (32·k)⌉` (a thirtieth of a block at most).
-    if hg.n() > limit / 2 {
-        let w_id = hg.total_w.div_ceil(32 * k as u64).max(w_max);
-        let (map, nc, coarse_blocks) = identical(hg, w_id, blocks.as_deref());
-        if nc as u128 * 100 <= hg.n() as u128 * 95 {
-            levels.push(hg.contract(&map, nc));
-            maps.push(map);
-            blocks = coarse_blocks;
-        }
-    }
-    loop {
-        let cur: &Hg = levels.last().unwrap_or(hg);
-        let n = cur.n();
-        if n <= limit {
-            break;
-        }
-        let target = limit.max(n * 2 / 5);
-        let (map, nc, coarse_blocks) = cluster(cur, w_max, blocks.as_deref(), target, rng);
-        // Less than 1% fewer vertices: coarsening has stalled.
-        if nc as u128 * 100 > n as u128 * 99 {
-            break;
-        }
-        let coarse = cur.contract(&map, nc);
-        levels.push(coarse);
-        maps.push(map);
-        blocks = coarse_blocks;
-    }
+    let (levels, maps, blocks) = coarsen(hg, k, CONTRACTION_PER_BLOCK * k, init, rng);
     let coarsest: &Hg = levels.last().unwrap_or(hg);
     let part = match &blocks {
         Some(b) => complete_warm_start(coarsest, k, b, caps),
@@ -157,6 +124,47 @@ pub(super) fn multilevel<R: Rng>(
         part = refine(fine, k, projected, caps, if i == 0 { s } else { &mid }, rng).0;
     }
     part
+}
+
+/// The coarsening hierarchy of [`multilevel`] and [`deep`], down to `limit` vertices for `k` blocks: the
+/// levels, each level's map from the finer one, and the warm start's blocks on the coarsest.
+type Hierarchy = (Vec<Hg>, Vec<Vec<u32>>, Option<Vec<u16>>);
+
+/// Coarsens `hg` for `k` blocks down to `limit` vertices: first the lossless step, vertices on exactly the
+/// same nets (and in the same warm-start block) are interchangeable, so merging them changes no partition's
+/// km1, only the balance granularity, and their merged weight is capped at `⌈W / (32·k)⌉` (a thirtieth of a
+/// block at most); then heavy-net clustering, clusters capped at `⌈W / limit⌉`, until `limit` vertices or
+/// a pass that shrinks by less than 1%. With `init`, only vertices of the same block merge.
+fn coarsen<R: Rng>(hg: &Hg, k: usize, limit: usize, init: Option<&[u16]>, rng: &mut R) -> Hierarchy {
+    let w_max = hg.total_w.div_ceil(limit as u64).max(1);
+    let mut levels: Vec<Hg> = Vec::new();
+    let mut maps: Vec<Vec<u32>> = Vec::new();
+    let mut blocks: Option<Vec<u16>> = init.map(<[u16]>::to_vec);
+    if hg.n() > CONTRACTION_PER_BLOCK * k / 2 {
+        let w_id = hg.total_w.div_ceil(32 * k as u64).max(w_max);
+        let (map, nc, coarse_blocks) = identical(hg, w_id, blocks.as_deref());
+        if nc as u128 * 100 <= hg.n() as u128 * 95 {
+            levels.push(hg.contract(&map, nc));
+            maps.push(map);
+            blocks = coarse_blocks;
+        }
+    }
+    loop {
+        let cur: &Hg = levels.last().unwrap_or(hg);
+        let n = cur.n();
+        if n <= limit {
+            break;
+        }
+        let (map, nc, coarse_blocks) = cluster(cur, w_max, blocks.as_deref(), limit.max(n * 2 / 5), rng);
+        // Less than 1% fewer vertices: coarsening has stalled.
+        if nc as u128 * 100 > n as u128 * 99 {
+            break;
+        }
+        levels.push(cur.contract(&map, nc));
+        maps.push(map);
+        blocks = coarse_blocks;
+    }
+    (levels, maps, blocks)
 }
 
 /// Rebalances, then label propagation and FM passes. Returns the partition, its km1 and its overload.
@@ -471,31 +479,7 @@ fn split_groups<R: Rng>(
 fn deep<R: Rng>(hg: &Hg, caps: &[u64], free: u64, s: &Settings, rng: &mut R) -> Vec<u16> {
     let k = caps.len();
     let limit = CONTRACTION_PER_BLOCK * 2;
-    let w_max = hg.total_w.div_ceil(limit as u64).max(1);
-    let mut levels: Vec<Hg> = Vec::new();
-    let mut maps: Vec<Vec<u32>> = Vec::new();
-    // The lossless step and then heavy-net clustering, as `multilevel` coarsens.
-    if hg.n() > CONTRACTION_PER_BLOCK * k / 2 {
-        let w_id = hg.total_w.div_ceil(32 * k as u64).max(w_max);
-        let (map, nc, _) = identical(hg, w_id, None);
-        if nc as u128 * 100 <= hg.n() as u128 * 95 {
-            levels.push(hg.contract(&map, nc));
-            maps.push(map);
-        }
-    }
-    loop {
-        let cur: &Hg = levels.last().unwrap_or(hg);
-        let n = cur.n();
-        if n <= limit {
-            break;
-        }
-        let (map, nc, _) = cluster(cur, w_max, None, limit.max(n * 2 / 5), rng);
-        if nc as u128 * 100 > n as u128 * 99 {
-            break;
-        }
-        levels.push(cur.contract(&map, nc));
-        maps.push(map);
-    }
+    let (levels, maps, _) = coarsen(hg, k, limit, None, rng);
     let room = caps.iter().fold(0u64, |a, &x| a.saturating_add(x));
     let mut groups = vec![Group { lo: 0, hi: k, cap: room, total: hg.total_w.saturating_add(free) }];
     let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
