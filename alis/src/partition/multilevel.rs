@@ -415,12 +415,16 @@ struct Group {
     total: u64,
 }
 
+/// The room of `caps` together (saturating).
+fn room(caps: &[u64]) -> u64 {
+    caps.iter().fold(0u64, |a, &x| a.saturating_add(x))
+}
+
 /// How recursive bisection splits a group: the two halves of its blocks, each side's room and share.
 fn split_group(g: Group, caps: &[u64]) -> [Group; 2] {
     let k = g.hi - g.lo;
     let mid = g.lo + k / 2;
-    let sum = |c: &[u64]| c.iter().fold(0u64, |a, &x| a.saturating_add(x));
-    let (c0, c1) = (sum(&caps[g.lo..mid]), sum(&caps[mid..g.hi]));
+    let (c0, c1) = (room(&caps[g.lo..mid]), room(&caps[mid..g.hi]));
     let d = ceil_log2(k);
     let room = u128::from(c0) + u128::from(c1);
     let share = |c: u64| (u128::from(g.total) * u128::from(c)).checked_div(room).map_or(0, |x| x as u64);
@@ -457,7 +461,7 @@ fn split_groups<R: Rng>(
         // Unreachable with caps that hold the hypergraph, kept for safety as in recursive bisection: never
         // ask a bisection for less room than the weight it must place.
         if u128::from(side_caps[0]) + u128::from(side_caps[1]) < u128::from(sub.total_w) {
-            side_caps = halves.map(|h| caps[h.lo..h.hi].iter().fold(0u64, |a, &x| a.saturating_add(x)));
+            side_caps = halves.map(|h| room(&caps[h.lo..h.hi]));
         }
         let bip = if sub.n() == 0 { Vec::new() } else { bisect(&sub, &side_caps, s, rng) };
         for (i, &v) in ids.iter().enumerate() {
@@ -480,8 +484,7 @@ fn deep<R: Rng>(hg: &Hg, caps: &[u64], free: u64, s: &Settings, rng: &mut R) -> 
     let k = caps.len();
     let limit = CONTRACTION_PER_BLOCK * 2;
     let (levels, maps, _) = coarsen(hg, k, limit, None, rng);
-    let room = caps.iter().fold(0u64, |a, &x| a.saturating_add(x));
-    let mut groups = vec![Group { lo: 0, hi: k, cap: room, total: hg.total_w.saturating_add(free) }];
+    let mut groups = vec![Group { lo: 0, hi: k, cap: room(caps), total: hg.total_w.saturating_add(free) }];
     let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
     // Splits while the level has enough vertices per group: the coarsest level at least once, the finest
     // until every group is one block.
@@ -521,18 +524,16 @@ fn recursive_bisection<R: Rng>(hg: &Hg, caps: &[u64], total: u64, s: &Settings, 
         return vec![0; hg.n()];
     }
     let k0 = k / 2;
-    let sum = |c: &[u64]| c.iter().fold(0u64, |a, &x| a.saturating_add(x));
-    let (c0, c1) = (sum(&caps[..k0]), sum(&caps[k0..]));
-    let d = ceil_log2(k);
-    let room = u128::from(c0) + u128::from(c1);
-    // Each side's share of the final weight, in proportion to its room (all of it when there is no room).
-    let share = |c: u64| (u128::from(total) * u128::from(c)).checked_div(room).map_or(0, |x| x as u64);
-    let (t0, t1) = (share(c0), share(c1));
-    let side_caps = [c0.min(t0 + c0.saturating_sub(t0) / d), c1.min(t1 + c1.saturating_sub(t1) / d)];
+    let halves = split_group(Group { lo: 0, hi: k, cap: room(caps), total }, caps);
+    let side_caps = [halves[0].cap, halves[1].cap];
     // Unreachable with caps that hold the hypergraph (total ≥ its weight), kept for safety: never ask a
     // bisection for less room than the weight it must place.
-    let side_caps =
-        if u128::from(side_caps[0]) + u128::from(side_caps[1]) < u128::from(hg.total_w) { [c0, c1] } else { side_caps };
+    let side_caps = if u128::from(side_caps[0]) + u128::from(side_caps[1]) < u128::from(hg.total_w) {
+        halves.map(|h| room(&caps[h.lo..h.hi]))
+    } else {
+        side_caps
+    };
+    let (t0, t1) = (halves[0].total, halves[1].total);
     let bip = multilevel(hg, &side_caps, 0, None, s, rng);
     let mut part = vec![0u16; hg.n()];
     for side in 0..2u16 {
