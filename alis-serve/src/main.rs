@@ -150,6 +150,13 @@ struct BenchArgs {
     /// window (0: the newest part alone, as the paper).
     #[arg(long, default_value_t = StrategyConfig::default().history_windows)]
     history_windows: usize,
+    /// ALIS's global step: every this many updates (0: never), a V-cycle across shards of the deployed
+    /// placement on the last --global-windows windows (docs/ALIS.md, "The global step").
+    #[arg(long, default_value_t = StrategyConfig::default().global_every)]
+    global_every: usize,
+    /// Windows ALIS's global step reads, the latest included (0: all requests so far).
+    #[arg(long, default_value_t = StrategyConfig::default().global_windows)]
+    global_windows: usize,
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = StrategyConfig::default().top_k)]
     top_k: usize,
@@ -352,6 +359,8 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         beta: a.beta,
         history_sets: a.history_sets,
         history_windows: a.history_windows,
+        global_every: a.global_every,
+        global_windows: a.global_windows,
         top_k: a.top_k,
         evict_cold: !a.keep_cold,
         partitioner: a.partitioner.parse().context("checking --partitioner")?,

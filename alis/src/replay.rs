@@ -125,8 +125,10 @@ mod tests {
     fn every_strategy_respects_capacity_and_places_every_seen_row() {
         let (s, rc) = small(5);
         for shards in [4usize, 16] {
-            for name in STRATEGY_NAMES {
-                let c = cfg(shards, 1);
+            // ALIS also with its global step, on its last windows and on all history.
+            let global = |global_windows| StrategyConfig { global_every: 2, global_windows, ..cfg(shards, 1) };
+            let cases = STRATEGY_NAMES.map(|name| (name, cfg(shards, 1))).into_iter();
+            for (name, c) in cases.chain([("alis", global(3)), ("alis-base", global(0))]) {
                 let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
                 for w in s.windows(rc.window_requests).unwrap_or_else(|e| panic!("{e}")) {
                     let end = w.end;
@@ -243,6 +245,52 @@ mod tests {
         assert!(!groups_apart(0), "D_new alone never touches A, which stays split");
     }
 
+    /// 20 rows on 2 shards (ε = 0.5: cap 15), windows of 18 requests: window 1 pairs row i with row i + 10,
+    /// so the first placement splits group A (rows 0..10) and group B (rows 10..20) over both shards; later
+    /// windows request A as a chain of pairs, then B likewise. Whether A and B each end on one shard.
+    fn groups_gather(c: StrategyConfig) -> bool {
+        let req = |id: u64, row_ids: Vec<u64>| RawRequest { request_id: id, time: id as f64, row_ids, table_ids: None };
+        let mut raw: Vec<RawRequest> = (0..18u64).map(|i| req(i, vec![i % 10, i % 10 + 10])).collect();
+        for base in [0u64, 10].repeat(5) {
+            for i in 0..9 {
+                let id = raw.len() as u64;
+                raw.push(req(id, vec![base + i, base + i + 1]));
+            }
+        }
+        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
+        let mut strategy = make_strategy("alis", &c).unwrap_or_else(|e| panic!("{e}"));
+        for w in s.windows(18).unwrap_or_else(|e| panic!("{e}")) {
+            strategy.update(&s, w).unwrap();
+            let pl = strategy.placement();
+            assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
+            assert_eq!(pl.loads().iter().sum::<usize>(), 20);
+        }
+        let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
+        let on_one_shard = |ids: std::ops::Range<u64>| {
+            let mut v: Vec<u16> = ids.map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
+            v.sort_unstable();
+            v.dedup();
+            v.len() == 1
+        };
+        on_one_shard(0..10) && on_one_shard(10..20)
+    }
+
+    #[test]
+    fn the_global_step_gathers_groups_the_light_step_leaves_split() {
+        // D_new alone (no previous window) never touches A, so the light step leaves it split; a global step
+        // every second update reads the last two windows, where both chains are, and moves the halves.
+        let light = StrategyConfig { shards: 2, epsilon: 0.5, history_windows: 0, ..StrategyConfig::default() };
+        assert!(!groups_gather(light), "the light step alone leaves A split");
+        let global = StrategyConfig { global_every: 2, global_windows: 2, ..light };
+        assert!(groups_gather(global), "with the global step both groups gather");
+        // Off (global_every = 0) the global-step settings change nothing.
+        let off = StrategyConfig { global_every: 0, global_windows: 3, ..light };
+        let (s, rc) = small(4);
+        let a = replay(&s, "alis", &StrategyConfig { shards: 8, ..light }, &rc, &mut || 0.0).unwrap();
+        let b = replay(&s, "alis", &StrategyConfig { shards: 8, ..off }, &rc, &mut || 0.0).unwrap();
+        assert_eq!(a.windows, b.windows);
+    }
+
     #[test]
     fn alis_starts_from_the_partition_direct_deploys() {
         // Nothing is placed before the first update: ALIS (and alis-base) deploy the fresh partition of the
@@ -326,6 +374,9 @@ mod tests {
         let c = StrategyConfig { history_windows: 65, ..cfg(4, 0) };
         let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("history_windows") && e.contains("65") && e.contains("0..=64"), "{e}");
+        let c = StrategyConfig { global_windows: 2_000_000, ..cfg(4, 0) };
+        let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("global_windows") && e.contains("2000000"), "{e}");
         let c = StrategyConfig { shards: 0, ..cfg(4, 0) };
         assert!(replay(&s, "hash", &c, &rc, &mut || 0.0).is_err());
         let rc0 = ReplayConfig { window_requests: 0, ..rc };

@@ -63,6 +63,13 @@ pub struct DynamicArgs {
     /// window (0: the newest part alone, as the paper).
     #[arg(long, default_value_t = StrategyConfig::default().history_windows)]
     pub history_windows: usize,
+    /// ALIS's global step: every this many updates (0: never), in place of the light step, a V-cycle across
+    /// shards of the deployed placement on the last --global-windows windows (docs/ALIS.md, "The global step").
+    #[arg(long, default_value_t = StrategyConfig::default().global_every)]
+    pub global_every: usize,
+    /// Windows ALIS's global step reads, the latest included (0: all requests so far).
+    #[arg(long, default_value_t = StrategyConfig::default().global_windows)]
+    pub global_windows: usize,
     /// Slots per row of the sparse weight matrix.
     #[arg(long, default_value_t = StrategyConfig::default().top_k)]
     pub top_k: usize,
@@ -190,6 +197,8 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         beta: args.beta,
         history_sets: args.history_sets,
         history_windows: args.history_windows,
+        global_every: args.global_every,
+        global_windows: args.global_windows,
         top_k: args.top_k,
         evict_cold: !args.keep_cold,
         partitioner: args.partitioner.parse().context("checking --partitioner")?,

@@ -41,6 +41,10 @@ const CONTRACTION_PER_BLOCK: usize = 160;
 /// synthetic windows at S = 16 7.7% above it; splitting at the coarsest level, the MovieLens hypergraphs
 /// up to 9.3%.
 const DEEP_SPLIT_PER_GROUP: usize = 240;
+/// A V-cycle across blocks ([`vcycle`]) coarsens to this many vertices per block (or two levels, if that
+/// is more). Chosen on `docs/ALIS.md`'s MovieLens stream at S = 16: 20 per block (one more level) cost a
+/// fifth more for the same fanout.
+const VCYCLE_PER_BLOCK: usize = 40;
 /// Nets with more pins than this do not rate clusters (their rating is tiny and costs a pass over them).
 const RATING_NET_LIMIT: usize = 1000;
 
@@ -116,6 +120,23 @@ pub(super) fn multilevel<R: Rng>(
         None if k == 2 => bisect(coarsest, caps, s, rng),
         None => recursive_bisection(coarsest, caps, coarsest.total_w.saturating_add(free), s, rng),
     };
+    refine_up(hg, &levels, &maps, part, caps, s, rng)
+}
+
+/// Refines `part` (a block per vertex of the coarsest level) on every level of the hierarchy from the coarsest
+/// to `hg`, projecting it down each level's map: the coarser levels with `s.lp_coarse` / `s.fm_coarse`, the
+/// finest with `s`.
+fn refine_up<R: Rng>(
+    hg: &Hg,
+    levels: &[Hg],
+    maps: &[Vec<u32>],
+    part: Vec<u16>,
+    caps: &[u64],
+    s: &Settings,
+    rng: &mut R,
+) -> Vec<u16> {
+    let k = caps.len();
+    let coarsest: &Hg = levels.last().unwrap_or(hg);
     let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
     let mut part = refine(coarsest, k, part, caps, if levels.is_empty() { s } else { &mid }, rng).0;
     for i in (0..levels.len()).rev() {
@@ -124,6 +145,48 @@ pub(super) fn multilevel<R: Rng>(
         part = refine(fine, k, projected, caps, if i == 0 { s } else { &mid }, rng).0;
     }
     part
+}
+
+/// A V-cycle across blocks from `init` (a block per vertex, or [`UNASSIGNED`]) into `caps.len()` blocks: `hg`
+/// is coarsened as for a fresh partition, clusters free to join vertices of different blocks, to
+/// [`VCYCLE_PER_BLOCK`] vertices per block or to a sixth of its vertices (about two levels), whichever is
+/// more; every coarsest vertex starts in the block that holds most of its members' weight (vertices with
+/// no block there join as in a warm start), and the partition is refined on every level on the way up.
+/// The warm start of [`multilevel`] clusters within blocks only, so it can move a group of vertices to
+/// another block only when the group already lies in one block; here a group the start splits between
+/// blocks is one coarse vertex and moves as one. Costs a coarsening and a refinement, no initial
+/// partitioning.
+pub(super) fn vcycle<R: Rng>(hg: &Hg, caps: &[u64], init: &[u16], s: &Settings, rng: &mut R) -> Vec<u16> {
+    let k = caps.len();
+    if hg.n() == 0 {
+        return Vec::new();
+    }
+    let limit = VCYCLE_PER_BLOCK.saturating_mul(k).max(hg.n() / 6);
+    let (levels, maps, _) = coarsen(hg, k, limit, None, rng);
+    // Every vertex's coarsest vertex, through the levels' maps.
+    let mut coarse_of: Vec<u32> = (0..hg.n() as u32).collect();
+    for map in &maps {
+        for c in &mut coarse_of {
+            *c = map[*c as usize];
+        }
+    }
+    let coarsest: &Hg = levels.last().unwrap_or(hg);
+    let mut weight_on = vec![0u64; coarsest.n() * k];
+    for (v, &b) in init.iter().enumerate() {
+        if b != UNASSIGNED {
+            weight_on[coarse_of[v] as usize * k + b as usize] += hg.vw[v];
+        }
+    }
+    // The block of most weight, ties to the lower block; none when no member has a block.
+    let blocks: Vec<u16> = weight_on
+        .chunks_exact(k)
+        .map(|row| {
+            let (b, &w) = row.iter().enumerate().fold((0, &0), |best, x| if x.1 > best.1 { x } else { best });
+            if w == 0 { UNASSIGNED } else { b as u16 }
+        })
+        .collect();
+    let part = complete_warm_start(coarsest, k, &blocks, caps);
+    refine_up(hg, &levels, &maps, part, caps, s, rng)
 }
 
 /// The coarsening hierarchy of [`multilevel`] and [`deep`], down to `limit` vertices for `k` blocks: the

@@ -7,10 +7,10 @@ use std::ops::Range;
 use rand::SeedableRng;
 use rand::rngs::ChaCha8Rng;
 
-use super::baselines::{Scope, relabel, scope_partition_input};
+use super::baselines::{Scope, relabel, requests_partition_input, scope_partition_input};
 use super::{Scored, Strategy, StrategyConfig};
 use crate::AlisError;
-use crate::partition::{Hypergraph, UNASSIGNED, partition};
+use crate::partition::{Hypergraph, UNASSIGNED, partition, vcycle};
 use crate::placement::{Placement, hash_shard};
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
@@ -35,6 +35,9 @@ pub(super) struct AlisStrategy {
     index: WindowIndex,
     /// The previous windows (request ranges), newest first, at most `history_windows`.
     past: VecDeque<Range<usize>>,
+    /// The first request of each of the last `global_windows` windows, the latest included, oldest first
+    /// (empty when the global step is off or reads all history).
+    starts: VecDeque<usize>,
 }
 
 /// The voting shard sets on the `D_new` rows, one column per set, youngest first: set `i` votes
@@ -197,6 +200,7 @@ impl AlisStrategy {
             undo: VecDeque::new(),
             index: WindowIndex::default(),
             past: VecDeque::new(),
+            starts: VecDeque::new(),
         })
     }
 
@@ -216,6 +220,33 @@ impl AlisStrategy {
         let (hg, params) = scope_partition_input(stream, Scope::Latest, window, &self.cfg)?;
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
+        self.start_history(part);
+        Ok(())
+    }
+
+    /// The global step (every `global_every` updates, in place of the light step): a V-cycle across shards
+    /// of the deployed placement on the requests of the last `global_windows` windows (all so far with 0).
+    /// The light step's warm start can only move groups of rows that lie on one shard; the V-cycle also
+    /// moves groups the placement splits, which is what a fresh partition of all history gains over it.
+    /// Its placement is deployed as is (shards keep their names) and starts a new history, as the first
+    /// update's partition does: the earlier interim sets stop voting.
+    fn global_update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        self.index.next_update(rows);
+        LocalWindow::new(stream, std::slice::from_ref(&window), window.clone(), &mut self.index);
+        self.remember(window.clone());
+        let first = if self.cfg.global_windows == 0 { 0 } else { self.starts.front().copied().unwrap_or(0) };
+        let (hg, params) = requests_partition_input(stream, first..window.end, window.end, &self.cfg)?;
+        let (part, _) = vcycle(&hg, self.placement.as_slice(), &params, &mut self.rng)?;
+        self.start_history(part);
+        Ok(())
+    }
+
+    /// Deploys `part` (a shard for every known row) as a fresh start: the first interim set, with weight 1
+    /// per row on its shard in W (older evidence aged), and no older set to vote.
+    fn start_history(&mut self, part: Vec<u16>) {
         self.placement.set_all(part);
         self.weights.age();
         for (r, &s) in self.placement.as_slice().iter().enumerate() {
@@ -226,11 +257,17 @@ impl AlisStrategy {
             self.undo.push_front((0, Vec::new()));
             self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
         }
-        Ok(())
     }
 
-    /// Keeps `window` as the newest of the previous windows the light step reads (at most `history_windows`).
+    /// Keeps `window` as the newest of the previous windows the light step reads (at most `history_windows`)
+    /// and, with the global step on, its start among the windows the global step reads.
     fn remember(&mut self, window: Range<usize>) {
+        if self.cfg.global_every > 0 && self.cfg.global_windows > 0 {
+            self.starts.push_back(window.start);
+            if self.starts.len() > self.cfg.global_windows {
+                self.starts.pop_front();
+            }
+        }
         if self.cfg.history_windows > 0 {
             self.past.push_front(window);
             self.past.truncate(self.cfg.history_windows);
@@ -346,6 +383,10 @@ impl Strategy for AlisStrategy {
         let known_before = self.placement.len();
         if known_before == 0 {
             return self.first_update(stream, window);
+        }
+        // `index.now` counts the updates before this one.
+        if self.cfg.global_every > 0 && (self.index.now as usize + 1).is_multiple_of(self.cfg.global_every) {
+            return self.global_update(stream, window);
         }
         let rows = stream.rows_known_after(window.end);
         self.placement.grow_hash(stream, rows);

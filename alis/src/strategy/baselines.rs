@@ -93,9 +93,21 @@ pub fn scope_partition_input(
     window: Range<usize>,
     cfg: &StrategyConfig,
 ) -> Result<(Hypergraph, PartitionParams), AlisError> {
+    let read = if scope == Scope::Latest { window.clone() } else { 0..window.end };
+    requests_partition_input(stream, read, window.end, cfg)
+}
+
+/// The hypergraph of requests `read` over every row known after request `known_after` (rows they do not
+/// touch are isolated vertices), with every shard capped at `⌈(1+ε)·rows/S⌉`: what [`scope_partition_input`]
+/// builds for a scope, and ALIS's global step for its last windows.
+pub(super) fn requests_partition_input(
+    stream: &Stream,
+    read: Range<usize>,
+    known_after: usize,
+    cfg: &StrategyConfig,
+) -> Result<(Hypergraph, PartitionParams), AlisError> {
     cfg.validate()?;
-    let rows = stream.rows_known_after(window.end);
-    let read = if scope == Scope::Latest { window } else { 0..window.end };
+    let rows = stream.rows_known_after(known_after);
     let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)))?;
     let cap = Placement::new(cfg.shards, cfg.epsilon).cap_for(rows);
     Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))

@@ -49,6 +49,14 @@ pub struct StrategyConfig {
     /// (0: `D_new` alone, as the paper; reports written before this setting existed read as 0).
     #[serde(default)]
     pub history_windows: usize,
+    /// ALIS's global step: every `global_every` updates (0: never), in place of the light step, a V-cycle
+    /// across shards of the deployed placement on the requests of the last `global_windows` windows
+    /// ([`crate::partition::vcycle`]). Reports written before this setting existed read as 0.
+    #[serde(default)]
+    pub global_every: usize,
+    /// Windows the global step reads, the latest included (0: all requests so far).
+    #[serde(default = "global_windows_default")]
+    pub global_windows: usize,
     /// Slots per row of the sparse weight matrix.
     pub top_k: usize,
     /// Light incremental sharding lets the window's rows take the room of cold rows (rows the window does not
@@ -76,6 +84,8 @@ impl Default for StrategyConfig {
             beta: 0.8,
             history_sets: 4,
             history_windows: 1,
+            global_every: 0,
+            global_windows: global_windows_default(),
             top_k: 4,
             evict_cold: true,
             partitioner: Partitioner::Multilevel,
@@ -86,6 +96,10 @@ impl Default for StrategyConfig {
 
 fn evict_cold_default() -> bool {
     true
+}
+
+fn global_windows_default() -> usize {
+    8
 }
 
 impl StrategyConfig {
@@ -123,6 +137,12 @@ impl StrategyConfig {
         }
         if self.history_windows > 64 {
             return bad("history_windows", self.history_windows.to_string(), "0..=64");
+        }
+        if self.global_every > 1_000_000 {
+            return bad("global_every", self.global_every.to_string(), "0..=1000000");
+        }
+        if self.global_windows > 1_000_000 {
+            return bad("global_windows", self.global_windows.to_string(), "0..=1000000 (0: all history)");
         }
         if !(1..=64).contains(&self.top_k) {
             return bad("top_k", self.top_k.to_string(), "1..=64");
