@@ -281,13 +281,7 @@ pub fn partition<R: Rng>(
     rng: &mut R,
 ) -> Result<(Vec<u16>, PartitionStats), AlisError> {
     params.validate(hg.n_vertices, init.len())?;
-    if let Some((v, &s)) = init.iter().enumerate().find(|&(_, &s)| s != UNASSIGNED && s as usize >= params.shards) {
-        return Err(AlisError::InvalidParam {
-            field: "init",
-            value: format!("vertex {v}: shard {s}"),
-            allowed: format!("0..{} or UNASSIGNED", params.shards),
-        });
-    }
+    check_init(init, params.shards, false)?;
     Ok(match params.partitioner {
         Partitioner::Flat => flat::partition(hg, init, params, rng),
         Partitioner::Multilevel | Partitioner::Deep => {
@@ -299,8 +293,8 @@ pub fn partition<R: Rng>(
 /// Improves a complete placement `init` (every vertex on a shard) of `hg` by a V-cycle across shards: `hg` is
 /// coarsened as for a fresh partition (a cluster may join vertices of different shards), every cluster
 /// starts on the shard holding most of its vertices, and the partition is refined on the way up, so a group
-/// of vertices that `init` splits between shards can move as one; [`partition`]'s warm start only moves
-/// groups that lie within one shard. Returns `init` itself unless the cycle lowers [`km1`] within the caps.
+/// of vertices that `init` splits between shards can move as one ([`partition`]'s warm start clusters
+/// within shards, and moves such a group row by row, if at all). Returns `init` itself unless the cycle lowers [`km1`] within the caps.
 /// With the flat partitioner, [`partition`] from `init`. Deterministic for a given `rng` state.
 pub fn vcycle<R: Rng>(
     hg: &Hypergraph,
@@ -309,13 +303,7 @@ pub fn vcycle<R: Rng>(
     rng: &mut R,
 ) -> Result<(Vec<u16>, PartitionStats), AlisError> {
     params.validate(hg.n_vertices, init.len())?;
-    if let Some((v, &s)) = init.iter().enumerate().find(|&(_, &s)| s as usize >= params.shards) {
-        return Err(AlisError::InvalidParam {
-            field: "init",
-            value: format!("vertex {v}: shard {s}"),
-            allowed: format!("0..{} (a complete placement)", params.shards),
-        });
-    }
+    check_init(init, params.shards, true)?;
     if params.partitioner == Partitioner::Flat {
         return partition(hg, init, params, rng);
     }
@@ -327,6 +315,24 @@ pub fn vcycle<R: Rng>(
     let init_fits = load.iter().zip(&params.caps).all(|(l, c)| l <= c);
     let keep_init = init_fits && km1(hg, init) <= km1(hg, &part);
     Ok((if keep_init { init.to_vec() } else { part }, PartitionStats::default()))
+}
+
+/// Refuses a start whose shard is out of range (or, when it must be `complete`, [`UNASSIGNED`]), naming the
+/// vertex.
+fn check_init(init: &[u16], shards: usize, complete: bool) -> Result<(), AlisError> {
+    let allowed = |s: u16| (s as usize) < shards || (!complete && s == UNASSIGNED);
+    match init.iter().enumerate().find(|&(_, &s)| !allowed(s)) {
+        Some((v, &s)) => Err(AlisError::InvalidParam {
+            field: "init",
+            value: format!("vertex {v}: shard {s}"),
+            allowed: if complete {
+                format!("0..{shards} (a complete placement)")
+            } else {
+                format!("0..{shards} or UNASSIGNED")
+            },
+        }),
+        None => Ok(()),
+    }
 }
 
 /// [`partition`] with a ChaCha8 generator seeded with `seed` (for callers without a generator of their own).
