@@ -214,32 +214,11 @@ mod tests {
         // pairs, then B likewise. Alone, D_new (B's chain) never touches A, which stays split. With the
         // previous window in the light step, both chains are partitioned and, once W's evidence has turned
         // (older placements decay), each group gathers.
-        let req = |id: u64, row_ids: Vec<u64>| RawRequest { request_id: id, time: id as f64, row_ids, table_ids: None };
-        let mut raw: Vec<RawRequest> = (0..18u64).map(|i| req(i, vec![i % 10, i % 10 + 10])).collect();
-        for base in [0u64, 10].repeat(5) {
-            for i in 0..9 {
-                let id = raw.len() as u64;
-                raw.push(req(id, vec![base + i, base + i + 1]));
-            }
-        }
-        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
         let groups_apart = |history_windows: usize| {
-            let c = StrategyConfig { shards: 2, epsilon: 0.5, history_windows, ..StrategyConfig::default() };
-            let mut strategy = make_strategy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
-            for w in s.windows(18).unwrap_or_else(|e| panic!("{e}")) {
-                strategy.update(&s, w).unwrap();
-                let pl = strategy.placement();
-                assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
-            }
-            let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
-            let shards_of = |ids: std::ops::Range<u64>| {
-                let mut v: Vec<u16> = ids.map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            };
-            let (a, b) = (shards_of(0..10), shards_of(10..20));
-            a.len() == 1 && b.len() == 1
+            groups_gather(
+                "alis-base",
+                StrategyConfig { shards: 2, epsilon: 0.5, history_windows, ..StrategyConfig::default() },
+            )
         };
         assert!(groups_apart(1), "with the previous window each group gathers on its own shard");
         assert!(!groups_apart(0), "D_new alone never touches A, which stays split");
@@ -247,8 +226,9 @@ mod tests {
 
     /// 20 rows on 2 shards (ε = 0.5: cap 15), windows of 18 requests: window 1 pairs row i with row i + 10,
     /// so the first placement splits group A (rows 0..10) and group B (rows 10..20) over both shards; later
-    /// windows request A as a chain of pairs, then B likewise. Whether A and B each end on one shard.
-    fn groups_gather(c: StrategyConfig) -> bool {
+    /// windows request A as a chain of pairs, then B likewise. Whether A and B each end on one shard under
+    /// strategy `name`.
+    fn groups_gather(name: &str, c: StrategyConfig) -> bool {
         let req = |id: u64, row_ids: Vec<u64>| RawRequest { request_id: id, time: id as f64, row_ids, table_ids: None };
         let mut raw: Vec<RawRequest> = (0..18u64).map(|i| req(i, vec![i % 10, i % 10 + 10])).collect();
         for base in [0u64, 10].repeat(5) {
@@ -258,7 +238,7 @@ mod tests {
             }
         }
         let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
-        let mut strategy = make_strategy("alis", &c).unwrap_or_else(|e| panic!("{e}"));
+        let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
         for w in s.windows(18).unwrap_or_else(|e| panic!("{e}")) {
             strategy.update(&s, w).unwrap();
             let pl = strategy.placement();
@@ -280,9 +260,9 @@ mod tests {
         // D_new alone (no previous window) never touches A, so the light step leaves it split; a global step
         // every second update reads the last two windows, where both chains are, and moves the halves.
         let light = StrategyConfig { shards: 2, epsilon: 0.5, history_windows: 0, ..StrategyConfig::default() };
-        assert!(!groups_gather(light), "the light step alone leaves A split");
+        assert!(!groups_gather("alis", light), "the light step alone leaves A split");
         let global = StrategyConfig { global_every: 2, global_windows: 2, ..light };
-        assert!(groups_gather(global), "with the global step both groups gather");
+        assert!(groups_gather("alis", global), "with the global step both groups gather");
         // Off (global_every = 0) the global-step settings change nothing.
         let off = StrategyConfig { global_every: 0, global_windows: 3, ..light };
         let (s, rc) = small(4);

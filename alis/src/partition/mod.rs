@@ -294,8 +294,9 @@ pub fn partition<R: Rng>(
 /// coarsened as for a fresh partition (a cluster may join vertices of different shards), every cluster
 /// starts on the shard holding most of its vertices, and the partition is refined on the way up, so a group
 /// of vertices that `init` splits between shards can move as one ([`partition`]'s warm start clusters
-/// within shards, and moves such a group row by row, if at all). Returns `init` itself unless the cycle lowers [`km1`] within the caps.
-/// With the flat partitioner, [`partition`] from `init`. Deterministic for a given `rng` state.
+/// within shards, and moves such a group row by row, if at all). Returns `init` itself unless the cycle
+/// lowers [`km1`] within the caps. With the flat partitioner, [`partition`] from `init`. Deterministic for a
+/// given `rng` state.
 pub fn vcycle<R: Rng>(
     hg: &Hypergraph,
     init: &[u16],

@@ -210,13 +210,7 @@ impl AlisStrategy {
     /// would start from the hash placement and partition only `D_new`, leaving the rest of the window where hash
     /// put it.
     fn first_update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
-        let rows = stream.rows_known_after(window.end);
-        self.placement.grow_hash(stream, rows);
-        self.weights.ensure_rows(rows);
-        self.index.next_update(rows);
-        // Stamps the window's rows as touched by this update (the recency cold rows are evicted by).
-        LocalWindow::new(stream, std::slice::from_ref(&window), window.clone(), &mut self.index);
-        self.remember(window.clone());
+        let rows = self.begin_whole_window(stream, &window);
         let (hg, params) = scope_partition_input(stream, Scope::Latest, window, &self.cfg)?;
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
         let part = relabel(&part, self.placement.as_slice(), self.cfg.shards);
@@ -226,22 +220,30 @@ impl AlisStrategy {
 
     /// The global step (every `global_every` updates, in place of the light step): a V-cycle across shards
     /// of the deployed placement on the requests of the last `global_windows` windows (all so far with 0).
-    /// The light step's warm start can only move groups of rows that lie on one shard; the V-cycle also
-    /// moves groups the placement splits, which is what a fresh partition of all history gains over it.
+    /// The light step's warm start clusters rows within a shard; the V-cycle also moves as one a group the
+    /// placement splits, which is what a fresh partition of all history gains over it.
     /// Its placement is deployed as is (shards keep their names) and starts a new history, as the first
     /// update's partition does: the earlier interim sets stop voting.
     fn global_update(&mut self, stream: &Stream, window: Range<usize>) -> Result<(), AlisError> {
-        let rows = stream.rows_known_after(window.end);
-        self.placement.grow_hash(stream, rows);
-        self.weights.ensure_rows(rows);
-        self.index.next_update(rows);
-        LocalWindow::new(stream, std::slice::from_ref(&window), window.clone(), &mut self.index);
-        self.remember(window.clone());
+        self.begin_whole_window(stream, &window);
         let first = if self.cfg.global_windows == 0 { 0 } else { self.starts.front().copied().unwrap_or(0) };
         let (hg, params) = requests_partition_input(stream, first..window.end, window.end, &self.cfg)?;
         let (part, _) = vcycle(&hg, self.placement.as_slice(), &params, &mut self.rng)?;
         self.start_history(part);
         Ok(())
+    }
+
+    /// Starts an update that reads the whole `window` (the first one, or a global step): every row known after
+    /// it placed (new rows at their hash shard) and weighted, the window's rows stamped as touched by this
+    /// update (the recency cold rows are evicted by), the window remembered. Returns the rows known.
+    fn begin_whole_window(&mut self, stream: &Stream, window: &Range<usize>) -> usize {
+        let rows = stream.rows_known_after(window.end);
+        self.placement.grow_hash(stream, rows);
+        self.weights.ensure_rows(rows);
+        self.index.next_update(rows);
+        LocalWindow::new(stream, std::slice::from_ref(window), window.clone(), &mut self.index);
+        self.remember(window.clone());
+        rows
     }
 
     /// Deploys `part` (a shard for every known row) as a fresh start: the first interim set, with weight 1
