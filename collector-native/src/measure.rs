@@ -433,6 +433,7 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
             definition,
             cost_ms,
             cost_interval_ms: None,
+            expected_cost_ms: None,
             global_batch: Some(u64::from(args.batch_size)),
             bottleneck_device,
             memory_rule: doc.task.memory,

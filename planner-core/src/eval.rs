@@ -193,6 +193,13 @@ pub struct Accuracy {
     pub device_mape_pct: Option<f64>,
     /// Share of plans whose measured cost lies inside the predicted interval (when the model gives one).
     pub interval_coverage: Option<f64>,
+    /// As `plan_mape_pct`, for the expected measured cost ([`crate::cost::PlanReport::expected_cost_ms`])
+    /// in place of the plan's cost; `None` unless every plan's prediction has one.
+    #[serde(default)]
+    pub expected_plan_mape_pct: Option<f64>,
+    /// As `plan_bias_pct`, for the expected measured cost.
+    #[serde(default)]
+    pub expected_plan_bias_pct: Option<f64>,
 }
 
 /// One planner over the measured tasks of a cell.
@@ -223,6 +230,10 @@ pub struct JudgeSummary {
     pub kendall_tau: Vec<Option<f64>>,
     /// Mean of the defined taus.
     pub kendall_tau_mean: Option<f64>,
+    /// Mean Kendall's tau-b per task with the planners' plans ranked by their expected measured cost
+    /// ([`crate::cost::PlanReport::expected_cost_ms`]), over the tasks where every plan has one.
+    #[serde(default)]
+    pub expected_kendall_tau_mean: Option<f64>,
     /// Predictions against the measured times as measured.
     pub accuracy: Accuracy,
     /// Predictions against the measured times expressed at the cost model's reference speed (every task
@@ -266,8 +277,14 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         })
         .collect();
     let mut taus = Vec::with_capacity(tasks.len());
+    let mut expected_taus = Vec::new();
     let mut same_winner = 0;
     for t in tasks {
+        let expected: Option<Vec<f64>> = t.plans.iter().map(|p| p.predicted.expected_cost_ms).collect();
+        if let Some(e) = expected {
+            let meas: Vec<f64> = t.plans.iter().map(|p| p.measured.cost_ms).collect();
+            expected_taus.extend(kendall_tau(&e, &meas));
+        }
         let pred: Vec<f64> = t.plans.iter().map(|p| p.predicted.cost_ms).collect();
         let meas: Vec<f64> = t.plans.iter().map(|p| p.measured.cost_ms).collect();
         taus.push(kendall_tau(&pred, &meas));
@@ -319,6 +336,7 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
         plans: all.len(),
         kendall_tau_mean: mean_of(&defined),
         kendall_tau: taus,
+        expected_kendall_tau_mean: mean_of(&expected_taus),
         accuracy: accuracy(tasks, |_| 1.0),
         accuracy_at_reference_speed: at_reference,
         measurement_cv_pct: mean_of(&cvs),
@@ -331,11 +349,16 @@ pub fn judge_summary(tasks: &[JudgedTask], planners: &[String]) -> JudgeSummary 
 /// Accuracy of the plans of `tasks`, every task's measured times multiplied by `scale(task)`.
 fn accuracy(tasks: &[JudgedTask], scale: impl Fn(&JudgedTask) -> f64) -> Accuracy {
     let (mut rel, mut dev, mut inside) = (Vec::new(), Vec::new(), Vec::new());
+    let mut expected_rel: Option<Vec<f64>> = Some(Vec::new());
     for t in tasks {
         let f = scale(t);
         for p in t.plans.iter().filter(|p| p.measured.cost_ms > 0.0) {
             let m = p.measured.cost_ms * f;
             rel.push((p.predicted.cost_ms - m) / m);
+            expected_rel = expected_rel.zip(p.predicted.expected_cost_ms).map(|(mut v, e)| {
+                v.push((e - m) / m);
+                v
+            });
             for (pd, md) in p.predicted.devices.iter().zip(&p.measured.devices) {
                 if md.total_ms > 0.0 && !pd.pieces.is_empty() {
                     dev.push(((pd.total_ms - md.total_ms * f) / (md.total_ms * f)).abs());
@@ -352,6 +375,10 @@ fn accuracy(tasks: &[JudgedTask], scale: impl Fn(&JudgedTask) -> f64) -> Accurac
         device_mape_pct: mean_of(&dev).map(|x| 100.0 * x),
         interval_coverage: (!inside.is_empty())
             .then(|| inside.iter().filter(|&&b| b).count() as f64 / inside.len() as f64),
+        expected_plan_mape_pct: expected_rel
+            .as_ref()
+            .and_then(|v| mean_of(&v.iter().map(|r| 100.0 * r.abs()).collect::<Vec<_>>())),
+        expected_plan_bias_pct: expected_rel.and_then(|v| mean_of(&v.iter().map(|r| 100.0 * r).collect::<Vec<_>>())),
     }
 }
 
@@ -433,6 +460,53 @@ mod tests {
         assert!((kendall_tau(&[1.0, 1.0, 2.0], &[1.0, 2.0, 3.0]).unwrap() - 2.0 / 6f64.sqrt()).abs() < 1e-12);
         assert_eq!(kendall_tau(&[1.0], &[1.0]), None);
         assert_eq!(kendall_tau(&[1.0, 1.0], &[1.0, 2.0]), None);
+    }
+
+    /// A report costing `cost` (with `expected`, when given, as its expected measured cost).
+    fn report(cost: f64, expected: Option<f64>) -> crate::cost::PlanReport {
+        let mut v = serde_json::json!({
+            "cost_model": "m", "definition": "neuroshard", "cost_ms": cost, "bottleneck_device": 0,
+            "feasible": true, "violations": [], "devices": []
+        });
+        if let Some(e) = expected {
+            v["expected_cost_ms"] = e.into();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_expected_measured_cost_is_judged_beside_the_plain_cost() {
+        // The plain prediction orders the first two plans against the measurement; the expected one
+        // orders all three as measured, 10% high each.
+        let plan = |name: &str, cost: f64, expected: Option<f64>, measured: f64| JudgedPlan {
+            planner: name.into(),
+            predicted: report(cost, expected),
+            measured: report(measured, None),
+            round_costs_ms: vec![measured],
+        };
+        let task = |third: Option<f64>| JudgedTask {
+            task: "t".into(),
+            plans: vec![
+                plan("a", 9.0, Some(11.0), 10.0),
+                plan("b", 8.0, Some(22.0), 20.0),
+                plan("c", 30.0, third, 30.0),
+            ],
+            speed_factor: None,
+        };
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| (*s).to_string()).collect();
+        let s = judge_summary(&[task(Some(33.0)), task(Some(33.0))], &names);
+        assert!((s.kendall_tau_mean.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.expected_kendall_tau_mean, Some(1.0));
+        assert!((s.accuracy.expected_plan_mape_pct.unwrap() - 10.0).abs() < 1e-9);
+        assert!((s.accuracy.expected_plan_bias_pct.unwrap() - 10.0).abs() < 1e-9);
+        let plain = s.accuracy.plan_mape_pct.unwrap();
+        assert!((plain - 100.0 * (0.1 + 0.6 + 0.0) / 3.0).abs() < 1e-9, "{plain}");
+        // One plan without an expected cost: no expected figures for its task's tau, none for the MAPE.
+        let s = judge_summary(&[task(None), task(Some(33.0))], &names);
+        assert_eq!(s.expected_kendall_tau_mean, Some(1.0));
+        assert_eq!(s.accuracy.expected_plan_mape_pct, None);
+        let s = judge_summary(&[task(None)], &names);
+        assert_eq!(s.expected_kendall_tau_mean, None);
     }
 
     #[test]

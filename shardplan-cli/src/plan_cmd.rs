@@ -163,6 +163,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if let Some([lo, hi]) = report.cost_interval_ms {
         println!("predicted cost interval {lo:.3}–{hi:.3} ms (the ensemble's calibrated interval)");
     }
+    if let Some(e) = report.expected_cost_ms.filter(|&e| e != report.cost_ms) {
+        println!(
+            "expected as measured: {e:.3} ms (the slowest device's expected time, each device off by the profile's measured error)"
+        );
+    }
     println!(
         "cost {:.3} ms per iteration{} (bottleneck: device {}); fits memory (usable bytes): {}; split tables: {} ({} row-wise)",
         report.cost_ms,

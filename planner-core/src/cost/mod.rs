@@ -141,6 +141,13 @@ pub trait CostModel {
     fn plan_error_sd(&self) -> Option<f64> {
         None
     }
+    /// The relative standard deviation of a device's compute error the model measured on data it was not
+    /// trained on, whether or not it prices plans by it: [`evaluate`] reports a plan's expected measured
+    /// cost from it ([`PlanReport::expected_cost_ms`]). `None` (the default) for a model with no measured
+    /// error (the analytical model).
+    fn measured_error_sd(&self) -> Option<f64> {
+        None
+    }
     /// Whether [`CostModel::compute_ms`] of a set is exactly the sum over its pieces of their single
     /// costs (true for the analytical model: it has no fusion effect). Lower bounds use it.
     fn compute_is_additive(&self) -> bool {
@@ -252,6 +259,16 @@ pub struct PlanReport {
     /// (comm as for `cost_ms`), `cost_ms ± z · sd`. Absent without a calibrated interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_interval_ms: Option<[f64; 2]>,
+    /// What a measurement of the plan should read on average, ms: the expected time of its slowest
+    /// device, each device's compute off by the model's measured error ([`CostModel::measured_error_sd`]),
+    /// devices holding pieces of the same tables erring together ([`expected_max_ms`]). A measured plan
+    /// costs the largest of its devices' measured times, which exceeds the largest of their predictions on
+    /// average, the more the more devices a plan fills to the same predicted time: `cost_ms` (the
+    /// objective) is the largest prediction, and measured searched plans sit 10–20% above it
+    /// (`docs/BENCHMARKS.md`). Equal to `cost_ms` when the model prices plans this way (`--expected-max`);
+    /// absent for a model with no measured error (the analytical model) and in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_cost_ms: Option<f64>,
     /// The global batch the times are for ([`CostModel::global_batch`]; absent when the model does not
     /// say, and in reports written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,7 +385,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         d.delay_ms = times.delay_ms[i];
         d.total_ms = times.total_ms[i];
     }
-    let shares = if model.plan_error_sd().is_some() {
+    let shares = if model.plan_error_sd().is_some() || model.measured_error_sd().is_some() {
         table_shares(
             n,
             pieces.iter().map(|p| {
@@ -380,6 +397,10 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         Vec::new()
     };
     let (bottleneck_device, cost_ms) = plan_cost(model, &compute, &times.total_ms, &shares);
+    let expected_cost_ms = match model.plan_error_sd() {
+        Some(_) => Some(cost_ms),
+        None => model.measured_error_sd().map(|sd| expected_max_ms(&compute, &times.total_ms, sd, &shares)),
+    };
     let mut cost_interval_ms = None;
     if let Some(z) = model.interval_z() {
         // Every device's members; an empty device costs 0 under every member.
@@ -414,6 +435,7 @@ pub fn evaluate(task: &Task, plan: &Plan, model: &dyn CostModel, definition: Cos
         definition,
         cost_ms,
         cost_interval_ms,
+        expected_cost_ms,
         global_batch: model.global_batch(),
         bottleneck_device,
         memory_rule: task.memory,
@@ -827,6 +849,16 @@ mod tests {
         // `size` places whole tables: no two devices share one, so their errors are independent.
         assert!(plan.pieces().iter().all(|p| p.dim == task.tables[p.table_id].dim && p.rows.is_none()));
         assert!((b.cost_ms - expected_max_ms(&compute, &totals, sd, &[])).abs() < 1e-9);
+        // Either way the report says what a measurement should read: the plain model keeps its maximum as
+        // the cost and reports the expected slowest device beside it; priced by it, the two are one.
+        assert_eq!(plain.measured_error_sd(), Some(sd));
+        assert_eq!(a.expected_cost_ms, Some(b.cost_ms));
+        assert_eq!(b.expected_cost_ms, Some(b.cost_ms));
+        let analytical = crate::cost::ModelChoice::new("analytical").build().unwrap();
+        assert_eq!(
+            evaluate(&task, &plan, analytical.as_ref(), CostDefinition::NeuroShard).unwrap().expected_cost_ms,
+            None
+        );
     }
 
     /// The mean over `draws` seeded draws of the largest `total + sd·compute·e`, where device `i`'s error

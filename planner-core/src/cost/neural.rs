@@ -667,6 +667,10 @@ impl CostModel for NeuralModel {
         self.plan_sd
     }
 
+    fn measured_error_sd(&self) -> Option<f64> {
+        self.error_sd()
+    }
+
     fn global_batch(&self) -> Option<u64> {
         Some(u64::from(self.card.compute.batch_size))
     }

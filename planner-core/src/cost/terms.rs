@@ -186,6 +186,8 @@ pub struct TermsModel {
     base: NeuralModel,
     terms: Terms,
     plan_sd: Option<f64>,
+    /// The terms model's own validation error ([`CostModel::measured_error_sd`]).
+    error_sd: Option<f64>,
 }
 
 impl TermsModel {
@@ -203,8 +205,9 @@ impl TermsModel {
             ));
         };
         let terms = Terms::new(tc, card.compute.batch_size, &card.name)?;
+        let error_sd = tc.error_sd();
         let plan_sd = if expected_max {
-            Some(tc.error_sd().ok_or_else(|| {
+            Some(error_sd.ok_or_else(|| {
                 Error::field(
                     format!("cost model `{}`", card.name),
                     "expected_max",
@@ -215,7 +218,7 @@ impl TermsModel {
         } else {
             None
         };
-        Ok(Self { base, terms, plan_sd })
+        Ok(Self { base, terms, plan_sd, error_sd })
     }
 
     /// The fixed-point time of one piece (the unit every set sum is kept in).
@@ -257,6 +260,10 @@ impl CostModel for TermsModel {
 
     fn plan_error_sd(&self) -> Option<f64> {
         self.plan_sd
+    }
+
+    fn measured_error_sd(&self) -> Option<f64> {
+        self.error_sd
     }
 
     fn compute_is_additive(&self) -> bool {

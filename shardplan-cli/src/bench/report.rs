@@ -211,6 +211,15 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 /// The measured judge of one cell, in Markdown: the summary line, the per-planner table, the paired
 /// comparison.
+/// The accuracy of the plans' expected measured cost (`PlanReport::expected_cost_ms`), and the tau of the
+/// ranking by it when given; empty when the predictions have none (the analytical model, older plans).
+fn expected_line(a: &planner_core::eval::Accuracy, tau: Option<f64>) -> String {
+    let Some(mape) = a.expected_plan_mape_pct else { return String::new() };
+    let bias = a.expected_plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%"));
+    let tau = tau.map_or_else(String::new, |t| format!(", Kendall's tau by it {t:.2}"));
+    format!("; the expected measured cost (the slowest device's expected time): MAPE {mape:.1}% (bias {bias}){tau}")
+}
+
 fn measured_markdown(m: &MeasuredCell) -> String {
     let s = &m.summary;
     let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.1}%"));
@@ -219,11 +228,12 @@ fn measured_markdown(m: &MeasuredCell) -> String {
         || "no reference speed (the cost model was not trained on speed-normalised data of this machine)".to_string(),
         |r| {
             format!(
-                "**{}** (bias {}), device cost {}, inside the predicted interval {}",
+                "**{}** (bias {}), device cost {}, inside the predicted interval {}{}",
                 pct(r.plan_mape_pct),
                 r.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
                 pct(r.device_mape_pct),
-                r.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c))
+                r.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
+                expected_line(r, None)
             )
         },
     );
@@ -247,7 +257,7 @@ fn measured_markdown(m: &MeasuredCell) -> String {
     let mut out = vec![format!(
         "\n{machines}Measured judge: {} plans on {} tasks (the first of the suite every measured planner solved; {} passed over). \
          Kendall's tau (predicted vs measured ranking of the planners' plans) per task: {}; **mean {}**; same winner on {}/{} tasks. \
-         MAPE of plan cost as measured {} (bias {}), of device cost {}; inside the predicted interval {}. \
+         MAPE of plan cost as measured {} (bias {}), of device cost {}; inside the predicted interval {}{}. \
          At the cost model's reference speed: MAPE of plan cost {at_speed}. \
          The judge's noise (cv of a plan's cost across rounds): {}; the judge against itself (tau, even rounds vs odd): {}, \
          the most a model's tau can be shown to reach here. Files: `{}`.\n",
@@ -262,6 +272,7 @@ fn measured_markdown(m: &MeasuredCell) -> String {
         a.plan_bias_pct.map_or("-".into(), |x| format!("{x:+.1}%")),
         pct(a.device_mape_pct),
         a.interval_coverage.map_or("-".into(), |c| format!("{:.0}%", 100.0 * c)),
+        expected_line(a, s.expected_kendall_tau_mean),
         pct(s.measurement_cv_pct),
         opt(s.self_tau_mean, 2),
         m.dir
