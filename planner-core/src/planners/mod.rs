@@ -310,6 +310,14 @@ pub const REGISTRY: &[PlannerEntry] = &[
         make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
     },
     PlannerEntry {
+        name: "neuroshard+place",
+        summary: "neuroshard, then local search by moves and swaps only: its split layout stays (docs/BENCHMARKS.md, \"every planner on the unseen suite\")",
+        is_seed_baseline: false,
+        make: || {
+            Box::new(refine::Refined::placement_only("neuroshard+place", Box::new(neuroshard::NeuroShard::default())))
+        },
+    },
+    PlannerEntry {
         name: "neuroshard-fast",
         summary: "NeuroShard's search at scale: each greedy step prices the 4 least-loaded devices; 5 split candidates per ranking past 512 tables x devices",
         is_seed_baseline: false,

@@ -42,11 +42,26 @@ pub struct RefineConfig {
     pub set_cache: bool,
     /// Cost definition plans are compared by.
     pub definition: CostDefinition,
+    /// Whether changes may reshape tables (split a piece's columns, merge two halves, make a table
+    /// row-wise or whole again); without, only moves and swaps of the pieces as they are: the split
+    /// layout of the plan refined stays.
+    #[serde(default = "reshapes")]
+    pub reshape: bool,
+}
+
+fn reshapes() -> bool {
+    true
 }
 
 impl Default for RefineConfig {
     fn default() -> Self {
-        Self { max_passes: 200, max_evaluations: 100_000, set_cache: true, definition: CostDefinition::NeuroShard }
+        Self {
+            max_passes: 200,
+            max_evaluations: 100_000,
+            set_cache: true,
+            definition: CostDefinition::NeuroShard,
+            reshape: true,
+        }
     }
 }
 
@@ -103,6 +118,8 @@ struct State<'t> {
     overflow: u128,
     /// The device whose time is the plan's cost.
     bottleneck: usize,
+    /// [`RefineConfig::reshape`].
+    reshape: bool,
 }
 
 impl State<'_> {
@@ -139,7 +156,7 @@ impl State<'_> {
             if p.rows.is_some() {
                 if !row_tables.contains(&p.table) {
                     row_tables.push(p.table);
-                    if keep(table_on[p.table]) {
+                    if self.reshape && keep(table_on[p.table]) {
                         out.extend((0..n_dev).map(|d| Change::Whole(p.table, d)));
                     }
                 }
@@ -147,18 +164,21 @@ impl State<'_> {
             }
             let t = &self.ev.task.tables[p.table];
             // Once per table, at its first-column piece.
-            if p.off == 0 && n_dev > 1 && t.rows >= 2 && keep(table_on[p.table]) {
+            if self.reshape && p.off == 0 && n_dev > 1 && t.rows >= 2 && keep(table_on[p.table]) {
                 out.push(Change::RowWise(p.table));
             }
             if keep(on(i)) {
                 for d in (0..n_dev).filter(|&d| d != p.device) {
                     out.push(Change::Move(i, d));
                     let half = p.dim / 2;
-                    if equal_blocks {
-                        if p.dim.is_multiple_of(8) {
-                            out.push(Change::Halve(i, d));
-                        }
-                    } else if p.dim.is_multiple_of(8) && t.dim.is_multiple_of(half) && (t.dim / half).is_power_of_two()
+                    let halves = p.dim.is_multiple_of(8);
+                    if self.reshape && equal_blocks && halves {
+                        out.push(Change::Halve(i, d));
+                    } else if self.reshape
+                        && !equal_blocks
+                        && halves
+                        && t.dim.is_multiple_of(half)
+                        && (t.dim / half).is_power_of_two()
                     {
                         out.push(Change::Split(i, d));
                     }
@@ -179,6 +199,9 @@ impl State<'_> {
                     }
                 }
             }
+        }
+        if !self.reshape {
+            return out;
         }
         if equal_blocks {
             for p in self
@@ -391,7 +414,7 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
     }
     let (bottleneck, cost_ms) = ev.plan_times(&sets.iter().collect::<Vec<_>>(), &compute)?;
     let overflow = ev.overflow(&sets);
-    let mut st = State { ev, pieces, sets, compute, cost_ms, overflow, bottleneck };
+    let mut st = State { ev, pieces, sets, compute, cost_ms, overflow, bottleneck, reshape: config.reshape };
     let mut rng = ChaCha8Rng::seed_from_u64(ctx.seed);
     let mut evaluations = 0u64;
     let mut accepted = 0usize;
@@ -488,6 +511,12 @@ impl Refined {
     #[must_use]
     pub fn new(name: &'static str, inner: Box<dyn Planner>) -> Self {
         Self { name, inner, config: RefineConfig::default(), stats: StatsCell::default() }
+    }
+
+    /// `inner`, then refinement by moves and swaps only ([`RefineConfig::reshape`] off), as `name`.
+    #[must_use]
+    pub fn placement_only(name: &'static str, inner: Box<dyn Planner>) -> Self {
+        Self { config: RefineConfig { reshape: false, ..RefineConfig::default() }, ..Self::new(name, inner) }
     }
 }
 

@@ -583,3 +583,31 @@ fn auto_weighs_torchrecs_refined_plan_up_to_its_size_limit() {
     let summary = planner_core::planners::planner("auto").unwrap().summary;
     assert!(summary.contains(&limit), "{summary}");
 }
+
+/// Without reshaping, refinement only moves and swaps: the pieces stay the same (a wide hot table the
+/// full refinement spreads by halving stays whole) and the plan is never worse.
+#[test]
+fn refine_without_reshaping_keeps_every_piece_and_only_places_them() {
+    let tables = vec![
+        table("hot", 200_000, 128, 40.0),
+        table("warm", 50_000, 64, 10.0),
+        table("cold", 1000, 8, 1.0),
+        table("cool", 4000, 16, 2.0),
+    ];
+    let task = Task::new(tables, Devices::uniform(2, 1 << 30).unwrap()).unwrap();
+    let model = AnalyticalModel::default();
+    let ctx = PlanContext::new(&model, 0);
+    let start = Plan::unsplit(&task, &[0, 0, 0, 0]).unwrap();
+    let (full, _) = refine(&task, &start, &ctx, &RefineConfig::default()).unwrap();
+    assert!(full.split_tables() > 0, "the full refinement splits: {:?}", full.pieces());
+    let placing = RefineConfig { reshape: false, ..RefineConfig::default() };
+    let (placed, _) = refine(&task, &start, &ctx, &placing).unwrap();
+    let shape = |p: &Plan| {
+        let mut v: Vec<_> = p.pieces().iter().map(|x| (x.table_id, x.col_offset, x.dim, x.rows)).collect();
+        v.sort_by_key(|&(t, o, d, _)| (t, o, d));
+        v
+    };
+    assert_eq!(shape(&placed), shape(&start));
+    assert!(placed.pieces().iter().any(|p| p.device == 1), "nothing was moved: {:?}", placed.pieces());
+    assert!(cost(&task, &placed, &model) < cost(&task, &start, &model));
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Where a refinement's predicted gains go when measured: two planners' plans of the same tasks, device by device.
+
+Usage: tools/judge_changes.py BENCH_PLANS START REFINED
+  e.g. tools/judge_changes.py s2027all neuroshard neuroshard+refine
+
+BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
+`taskN.measured.json` in each, every plan measured beside the others of its task). REFINED must be a
+refinement of START's plan (the same devices, changed by moves, swaps and splits), so device d of one plan
+is device d of the other. Per cell: REFINED over START (geometric mean over the tasks) of the plan's cost,
+of its largest device compute and of the sum of its devices' compute, predicted and measured, and the
+pieces per plan. Then, over every cell, each device by what the refinement did to it: nothing; gained
+row-wise pieces; gained column pieces; other changes (pieces moved or swapped in or out), with the
+summed change of its compute, predicted and measured. Last, per cell, the mean Kendall's tau of each
+task's plans (predicted against measured cost) with every plan and without REFINED's: how much of the
+model's ranking error that one planner's plans carry. Nothing is measured. Standard library and
+`judge_repeatability.py` (beside it) only.
+"""
+
+import collections
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_repeatability import kendall_tau  # noqa: E402  (the judge's own arithmetic)
+
+
+def kinds(labels):
+    """Row pieces, column pieces and whole tables among piece labels (`name[rows a..b]`, `name[cols a..b]`)."""
+    out = collections.Counter()
+    for s in labels:
+        out["row" if "[rows" in s else "col" if "[cols" in s else "whole"] += 1
+    return out
+
+
+def summary(report):
+    compute = [d["compute_ms"] for d in report["devices"]]
+    return report["cost_ms"], max(compute), sum(compute), sum(len(d["pieces"]) for d in report["devices"])
+
+
+def gmean(values):
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else float("nan")
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    root, start, refined = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    by_change = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    taus = {}
+    print("| cell | tasks | cost, predicted | measured | largest compute, predicted | measured | all compute, predicted | measured | pieces |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for cell in sorted(p for p in root.iterdir() if p.is_dir()):
+        ratios = []
+        for f in sorted(cell.glob("task*.measured.json")):
+            every = json.loads(f.read_text())["plans"]
+            plans = {p["planner"]: p for p in every}
+            for label, kept in (("every plan", every), ("without", [p for p in every if p["planner"] != refined])):
+                tau = kendall_tau([p["predicted"]["cost_ms"] for p in kept], [p["measured"]["cost_ms"] for p in kept])
+                if tau is not None:
+                    taus.setdefault((cell.name, label), []).append(tau)
+            if start not in plans or refined not in plans:
+                continue
+            a, b = plans[start], plans[refined]
+            pa, pb = summary(a["predicted"]), summary(b["predicted"])
+            ma, mb = summary(a["measured"]), summary(b["measured"])
+            ratios.append((pb[0] / pa[0], mb[0] / ma[0], pb[1] / pa[1], mb[1] / ma[1], pb[2] / pa[2], mb[2] / ma[2], pa[3], pb[3]))
+            for d, (da, db) in enumerate(zip(a["predicted"]["devices"], b["predicted"]["devices"])):
+                before, after = set(da["pieces"]), set(db["pieces"])
+                gained, lost = kinds(after - before), kinds(before - after)
+                if before == after:
+                    key = "unchanged"
+                elif gained["row"] > lost["row"]:
+                    key = "gained row-wise pieces"
+                elif gained["col"] > lost["col"]:
+                    key = "gained column pieces"
+                else:
+                    key = "other changes (moves, swaps)"
+                e = by_change[key]
+                e[0] += 1
+                e[1] += db["compute_ms"] - da["compute_ms"]
+                e[2] += b["measured"]["devices"][d]["compute_ms"] - a["measured"]["devices"][d]["compute_ms"]
+        if not ratios:
+            continue
+        g = [gmean([r[i] for r in ratios]) for i in range(6)]
+        pieces = f"{statistics.mean(r[6] for r in ratios):.1f} → {statistics.mean(r[7] for r in ratios):.1f}"
+        print(f"| {cell.name} | {len(ratios)} | " + " | ".join(f"{x:.3f}" for x in g) + f" | {pieces} |")
+    print(f"\nevery cell, device by device ({refined} against {start}): summed change of compute, ms")
+    print("| the device | devices | predicted | measured |")
+    print("|---|---|---|---|")
+    for key, (n, dp, dm) in sorted(by_change.items()):
+        print(f"| {key} | {n} | {dp:+.1f} | {dm:+.1f} |")
+    print(f"\nKendall's tau (predicted against measured), mean over tasks: every plan → without {refined}'s")
+    for cell in sorted({c for c, _ in taus}):
+        both = [statistics.mean(taus.get((cell, k), [float("nan")])) for k in ("every plan", "without")]
+        print(f"- {cell}: {both[0]:.2f} → {both[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
