@@ -14,17 +14,17 @@ row-wise pieces; gained column pieces; other changes (pieces moved or swapped in
 summed change of its compute, predicted and measured. Last, per cell, the mean Kendall's tau of each
 task's plans (predicted against measured cost) with every plan and without REFINED's: how much of the
 model's ranking error that one planner's plans carry. Nothing is measured. Standard library and
-`judge_repeatability.py` (beside it) only.
+`judge_errors.py` / `judge_repeatability.py` (beside it) only.
 """
 
 import collections
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_errors import gmean  # noqa: E402
 from judge_repeatability import kendall_tau  # noqa: E402  (the judge's own arithmetic)
 
 
@@ -39,10 +39,6 @@ def kinds(labels):
 def summary(report):
     compute = [d["compute_ms"] for d in report["devices"]]
     return report["cost_ms"], max(compute), sum(compute), sum(len(d["pieces"]) for d in report["devices"])
-
-
-def gmean(values):
-    return math.exp(statistics.mean(math.log(v) for v in values)) if values else float("nan")
 
 
 def main():
