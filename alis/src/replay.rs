@@ -189,13 +189,7 @@ mod tests {
         let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
         let hot_shards = |evict_cold: bool| {
             let c = StrategyConfig { shards: 2, evict_cold, ..StrategyConfig::default() };
-            let mut strategy = make_strategy("alis-base", &c).unwrap_or_else(|e| panic!("{e}"));
-            for w in s.windows(10).unwrap_or_else(|e| panic!("{e}")) {
-                strategy.update(&s, w).unwrap();
-                let pl = strategy.placement();
-                assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
-                assert_eq!(pl.loads().iter().sum::<usize>(), 20);
-            }
+            let strategy = run_within_caps("alis-base", &c, &s, 10, 20);
             let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
             let mut shards: Vec<u16> = (0..10).map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
             shards.sort_unstable();
@@ -224,6 +218,25 @@ mod tests {
         assert!(!groups_apart(0), "D_new alone never touches A, which stays split");
     }
 
+    /// Strategy `name` updated on every window of `size` requests of `s`, each placement checked to keep
+    /// every shard within its cap and all `rows` rows placed.
+    fn run_within_caps(
+        name: &str,
+        c: &StrategyConfig,
+        s: &Stream,
+        size: usize,
+        rows: usize,
+    ) -> Box<dyn crate::strategy::Strategy> {
+        let mut strategy = make_strategy(name, c).unwrap_or_else(|e| panic!("{e}"));
+        for w in s.windows(size).unwrap_or_else(|e| panic!("{e}")) {
+            strategy.update(s, w).unwrap();
+            let pl = strategy.placement();
+            assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
+            assert_eq!(pl.loads().iter().sum::<usize>(), rows);
+        }
+        strategy
+    }
+
     /// 20 rows on 2 shards (ε = 0.5: cap 15), windows of 18 requests: window 1 pairs row i with row i + 10,
     /// so the first placement splits group A (rows 0..10) and group B (rows 10..20) over both shards; later
     /// windows request A as a chain of pairs, then B likewise. Whether A and B each end on one shard under
@@ -238,13 +251,7 @@ mod tests {
             }
         }
         let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
-        let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
-        for w in s.windows(18).unwrap_or_else(|e| panic!("{e}")) {
-            strategy.update(&s, w).unwrap();
-            let pl = strategy.placement();
-            assert!(pl.loads().iter().all(|&l| l <= pl.cap()), "{:?} cap {}", pl.loads(), pl.cap());
-            assert_eq!(pl.loads().iter().sum::<usize>(), 20);
-        }
+        let strategy = run_within_caps(name, &c, &s, 18, 20);
         let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
         let on_one_shard = |ids: std::ops::Range<u64>| {
             let mut v: Vec<u16> = ids.map(|id| strategy.placement().as_slice()[row(id) as usize]).collect();
