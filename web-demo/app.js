@@ -365,7 +365,8 @@ function renderPlan(message) {
   const original = state.results.find((x) => x.planner === state.chosen)?.document?.report.cost_ms;
   const delta = original != null ? rep.cost_ms - original : 0;
   $('#plan-summary').append(
-    kpi('Predicted cost', `${ms(rep.cost_ms)} ms`, 'per iteration, embedding part', 'cost'),
+    kpi('Predicted cost', `${ms(rep.cost_ms)} ms`, rep.expected_cost_ms == null ? 'per iteration, embedding part'
+      : `per iteration, embedding part; expected as measured ${ms(rep.expected_cost_ms)} ms`, 'cost'),
     kpi('Versus planner', delta === 0 ? '±0' : `${delta > 0 ? '+' : ''}${ms(delta)} ms`,
       original ? `${(100 * delta / original).toFixed(1)}% vs ${doc.planner.replace(/\+what-if$/, '')}` : '', 'delta',
       delta > 1e-9 ? 'up' : delta < -1e-9 ? 'down' : ''),

@@ -121,6 +121,14 @@ try {
   assert.ok(best, 'some planner finds a valid plan');
   let doc = best.document;
   close(await costShown(), doc.report.cost_ms, 'shown plan cost');
+  // A learned profile with a measured error also says what the plan is expected to measure: the slowest
+  // device once every device's prediction carries that error (above the plain maximum of the predictions).
+  if (doc.report.expected_cost_ms != null) {
+    const note = (await text('[data-kpi="cost"]')).match(/expected as measured ([\d.]+) ms/);
+    assert.ok(note, 'the expected measured cost is shown');
+    close(Number(note[1]), doc.report.expected_cost_ms, 'shown expected measured cost');
+    assert.ok(doc.report.expected_cost_ms >= doc.report.cost_ms - 1e-4, 'expected as measured ≥ the plain maximum');
+  }
   // Plausible numbers: costs of a few ms per iteration, one lane per device whose longest total is the cost.
   assert.ok(doc.report.cost_ms > 0.05 && doc.report.cost_ms < 1_000, `cost ${doc.report.cost_ms} ms`);
   assert.equal(await page.locator('#timeline .lane').count(), 4);
