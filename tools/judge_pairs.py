@@ -7,7 +7,8 @@ Usage: tools/judge_pairs.py [--compute-only] BENCH_PLANS OURS:THEIRS [OURS:THEIR
 BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
 `taskN.measured.json` in each). For every cell and pair, over the tasks where both planners' plans were
 measured: the gain (theirs − ours) / theirs of the measured plan cost, mean ± standard error over the tasks,
-and on how many tasks ours was not slower. Single planners, unlike the bench's own "best of `neuroshard` /
+and on how many tasks ours was not slower; with more than one cell, then every pair over all the cells'
+tasks together (`all`). Single planners, unlike the bench's own "best of `neuroshard` /
 `neuroshard+refine`" column (the best of two noisy measurements favours itself). A plan is named by
 its planner or by its file's label (`taskN_LABEL.plan.json`, the variants of `tools/judge_variants.sh`).
 With `--compute-only` a plan's cost is its slowest device's measured compute alone, leaving out comm
@@ -63,6 +64,7 @@ def main():
         sys.exit(f"{root}: no cell folders")
     print("| cell | ours vs theirs | tasks | gain, mean ± s.e. | ours not slower |")
     print("|---|---|---|---|---|")
+    pooled = {pair: [] for pair in args[1:]}
     for cell in cells:
         tasks = measured_costs(cell, compute_only)
         for pair in args[1:]:
@@ -72,15 +74,23 @@ def main():
                 for c in tasks.values()
                 if ours in c and theirs in c and c[theirs] > 0
             ]
-            if not gains:
-                print(f"| {cell.name} | {ours} vs {theirs} | 0 | - | - |")
-                continue
-            n = len(gains)
-            mean, se = mean_se(gains)
-            se = float("nan") if se is None else se
-            wins = sum(g >= 0 for g in gains)
-            print(f"| {cell.name} | {ours} vs {theirs} | {n} | {100 * mean:+.1f}% ± {100 * se:.1f} | {wins}/{n} |")
+            pooled[pair] += gains
+            print_row(cell.name, ours, theirs, gains)
+    if len(cells) > 1:
+        for pair, gains in pooled.items():
+            print_row("all", *pair.split(":", 1), gains)
 
+
+def print_row(where, ours, theirs, gains):
+    """One row: the gains' count, mean ± standard error, and how many are not negative."""
+    if not gains:
+        print(f"| {where} | {ours} vs {theirs} | 0 | - | - |")
+        return
+    n = len(gains)
+    mean, se = mean_se(gains)
+    se = float("nan") if se is None else se
+    wins = sum(g >= 0 for g in gains)
+    print(f"| {where} | {ours} vs {theirs} | {n} | {100 * mean:+.1f}% ± {100 * se:.1f} | {wins}/{n} |")
 
 if __name__ == "__main__":
     main()
