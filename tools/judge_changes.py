@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a refinement's predicted gains go when measured: two planners' plans of the same tasks, device by device.
 
-Usage: tools/judge_changes.py BENCH_PLANS START REFINED
+Usage: tools/judge_changes.py BENCH_PLANS START REFINED [--cost-model NAME]
   e.g. tools/judge_changes.py s2027all neuroshard neuroshard+refine
 
 BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
@@ -13,8 +13,11 @@ pieces per plan. Then, over every cell, each device by what the refinement did t
 row-wise pieces; gained column pieces; other changes (pieces moved or swapped in or out), with the
 summed change of its compute, predicted and measured. Last, per cell, the mean Kendall's tau of each
 task's plans (predicted against measured cost) with every plan and without REFINED's: how much of the
-model's ranking error that one planner's plans carry. Nothing is measured. Standard library and
-`judge_errors.py` / `judge_repeatability.py` (beside it) only.
+model's ranking error that one planner's plans carry. With `--cost-model NAME` every measured plan is
+priced again by that model (`shardplan evaluate --own-rule`, as `judge_reprice.py` does) instead of its
+recorded prediction: does another profile price the same changes closer to what they measured? Nothing
+is measured. Standard library and `judge_errors.py` / `judge_repeatability.py` / `judge_reprice.py`
+(beside it) only.
 """
 
 import collections
@@ -26,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_errors import gmean  # noqa: E402
 from judge_repeatability import kendall_tau  # noqa: E402  (the judge's own arithmetic)
+from judge_reprice import price_again, read_measured  # noqa: E402
 
 
 def kinds(labels):
@@ -42,9 +46,15 @@ def summary(report):
 
 
 def main():
-    if len(sys.argv) != 4:
+    args = sys.argv[1:]
+    model = None
+    if "--cost-model" in args and args.index("--cost-model") + 1 < len(args):
+        i = args.index("--cost-model")
+        model = args[i + 1]
+        del args[i : i + 2]
+    if len(args) != 3:
         sys.exit(__doc__)
-    root, start, refined = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    root, start, refined = Path(args[0]), args[1], args[2]
     by_change = collections.defaultdict(lambda: [0, 0.0, 0.0])
     taus = {}
     print("| cell | tasks | cost, predicted | measured | largest compute, predicted | measured | all compute, predicted | measured | pieces |")
@@ -52,7 +62,11 @@ def main():
     for cell in sorted(p for p in root.iterdir() if p.is_dir()):
         ratios = []
         for f in sorted(cell.glob("task*.measured.json")):
-            every = json.loads(f.read_text())["plans"]
+            doc = read_measured(f)
+            every = doc["plans"]
+            if model:
+                for p, q in zip(every, price_again(cell, doc, model)[1]):
+                    p["predicted"] = q["report"]
             plans = {p["planner"]: p for p in every}
             for label, kept in (("every plan", every), ("without", [p for p in every if p["planner"] != refined])):
                 tau = kendall_tau([p["predicted"]["cost_ms"] for p in kept], [p["measured"]["cost_ms"] for p in kept])

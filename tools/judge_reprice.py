@@ -47,6 +47,32 @@ def reference_ms(model):
     return json.loads(card.read_text())["compute"].get("reference_ms")
 
 
+def price_again(cell, measured, name, extra=()):
+    """Every plan one measurement (`cell/taskN.measured.json`, read as `measured`) recorded, priced again by
+    `shardplan evaluate --own-rule --cost-model NAME EXTRA`: the plans' labels and their new documents."""
+    task = measured["_task"]
+    # The plan the measurement recorded: its file in the cell's folder, else at the recorded path (a
+    # `tools/judge_variants.sh` folder whose bench plans stay in the bench's folder), else the bench's name
+    # for the planner's plan.
+    files = []
+    for p in measured["plans"]:
+        candidates = [cell / Path(p["plan"]).name, Path(p["plan"]), cell / f"{task}_{p['planner'].replace('+', '-')}.plan.json"]
+        files.append(str(next((c for c in candidates if c.exists()), candidates[0])))
+    labels = [Path(f).name[len(task) + 1 : -len(".plan.json")] for f in files]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "priced.json"
+        cmd = [str(SHARDPLAN), "evaluate", *files, "--own-rule", "--cost-model", name, *extra, "--out", str(out)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return labels, json.loads(out.read_text())
+
+
+def read_measured(path):
+    """A `taskN.measured.json` document, with its task name under `_task`."""
+    doc = json.loads(path.read_text())
+    doc["_task"] = path.name[: -len(".measured.json")]
+    return doc
+
+
 def main():
     args = sys.argv[1:]
     extra = []
@@ -89,26 +115,13 @@ def main():
         decided, against = {}, {}
         tasks = 0
         for measured in sorted(cell.glob("task*.measured.json")):
-            doc = json.loads(measured.read_text())
+            doc = read_measured(measured)
             plans = doc["plans"]
             bench_model = plans[0]["predicted"]["cost_model"]
             name = model or bench_model.split(":", 1)[1].split("+", 1)[0]
             ref = reference_ms(name)
             scale = ref / doc["reference_ms"] if ref and doc.get("reference_ms") else 1.0
-            task = measured.name[: -len(".measured.json")]
-            # The plan the measurement recorded: its file in this folder, else at the recorded path (a
-            # `tools/judge_variants.sh` folder whose bench plans stay in the bench's folder), else the
-            # bench's name for the planner's plan.
-            files = []
-            for p in plans:
-                candidates = [cell / Path(p["plan"]).name, Path(p["plan"]), cell / f"{task}_{p['planner'].replace('+', '-')}.plan.json"]
-                files.append(str(next((c for c in candidates if c.exists()), candidates[0])))
-            labels = [Path(f).name[len(task) + 1 : -len(".plan.json")] for f in files]
-            with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp) / "priced.json"
-                cmd = [str(SHARDPLAN), "evaluate", *files, "--own-rule", "--cost-model", name, *extra, "--out", str(out)]
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                priced = json.loads(out.read_text())
+            labels, priced = price_again(cell, doc, name, extra)
             meas = [p["measured"]["cost_ms"] * scale for p in plans]
             new_pred = [q["report"]["cost_ms"] for q in priced]
             if all(len(p["round_costs_ms"]) > 1 for p in plans):
