@@ -5,9 +5,10 @@ Usage: tools/judge_changes.py BENCH_PLANS START REFINED [--cost-model NAME]
   e.g. tools/judge_changes.py s2027all neuroshard neuroshard+refine
 
 BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell,
-`taskN.measured.json` in each, every plan measured beside the others of its task). REFINED must be a
-refinement of START's plan (the same devices, changed by moves, swaps and splits), so device d of one plan
-is device d of the other. Per cell: REFINED over START (geometric mean over the tasks) of the plan's cost,
+`taskN.measured.json` in each, every plan measured beside the others of its task), or an OUT_DIR of
+`tools/judge_variants.sh`. START and REFINED name plans as `judge_pairs.py` does (a planner, or a file's
+label). REFINED must be a refinement of START's plan (the same devices, changed by moves, swaps and
+splits), so device d of one plan is device d of the other. Per cell: REFINED over START (geometric mean over the tasks) of the plan's cost,
 of its largest device compute and of the sum of its devices' compute, predicted and measured, and the
 pieces per plan. Then, over every cell, each device by what the refinement did to it: nothing; gained
 row-wise pieces; gained column pieces; other changes (pieces moved or swapped in or out), with the
@@ -45,6 +46,21 @@ def summary(report):
     return report["cost_ms"], max(compute), sum(compute), sum(len(d["pieces"]) for d in report["devices"])
 
 
+def by_name(plans, task):
+    """A task's measured plans by name: each by its file's label (`taskN_LABEL.plan.json`, as
+    `tools/judge_variants.sh` names its variants) and, where no other plan of the task has the same planner,
+    by its planner (`neuroshard+refine`), as `judge_pairs.py` names them."""
+    planners = [p["planner"] for p in plans]
+    out = {}
+    for p in plans:
+        name = Path(p["plan"]).name
+        if name.startswith(task + "_") and name.endswith(".plan.json"):
+            out[name[len(task) + 1 : -len(".plan.json")]] = p
+        if planners.count(p["planner"]) == 1:
+            out[p["planner"]] = p
+    return out
+
+
 def main():
     args = sys.argv[1:]
     model = None
@@ -67,8 +83,8 @@ def main():
             if model:
                 for p, q in zip(every, price_again(cell, doc, model)[1]):
                     p["predicted"] = q["report"]
-            plans = {p["planner"]: p for p in every}
-            for label, kept in (("every plan", every), ("without", [p for p in every if p["planner"] != refined])):
+            plans = by_name(every, doc["_task"])
+            for label, kept in (("every plan", every), ("without", [p for p in every if p is not plans.get(refined)])):
                 tau = kendall_tau([p["predicted"]["cost_ms"] for p in kept], [p["measured"]["cost_ms"] for p in kept])
                 if tau is not None:
                     taus.setdefault((cell.name, label), []).append(tau)
