@@ -62,7 +62,9 @@ def price_again(cell, measured, name, extra=()):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "priced.json"
         cmd = [str(SHARDPLAN), "evaluate", *files, "--own-rule", "--cost-model", name, *extra, "--out", str(out)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{cell / (task + '.measured.json')}: pricing with --cost-model {name} failed: {done.stderr.strip()}")
         return labels, json.loads(out.read_text())
 
 
