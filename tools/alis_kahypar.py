@@ -22,7 +22,7 @@ A tools/ script, never a dependency of the product. Set-up (a virtual environmen
     python3 -m venv ~/.venv-mtk && ~/.venv-mtk/bin/pip install mtkahypar==1.7.post1
 
 Usage: ~/.venv-mtk/bin/python tools/alis_kahypar.py DUMP_DIR [--replay REPORT.json] [--out RESULT.json]
-                                                   [--mtk-from EARLIER_RESULT.json]
+                                                   [--mtk-from EARLIER_RESULT.json] [--scope direct|full]
 
 `--mtk-from` takes Mt-KaHyPar's side from an earlier `--out` over the same hypergraphs (checked instance by
 instance: vertex and net counts, cap) instead of running it again: the hypergraphs `direct` and `full` partition
@@ -99,6 +99,8 @@ def main():
     ap.add_argument("--replay", help="a `shardplan dynamic --out` report of the same stream")
     ap.add_argument("--out", help="write every instance's numbers here (JSON)")
     ap.add_argument("--mtk-from", help="Mt-KaHyPar's numbers from an earlier --out over the same dump")
+    ap.add_argument("--scope", choices=("direct", "full"),
+                    help="only the hypergraphs of this scope (the windows alone take Mt-KaHyPar seconds, not minutes)")
     args = ap.parse_args()
 
     earlier = None
@@ -122,6 +124,8 @@ def main():
     windows = {}
     rows = []
     for inst in manifest["instances"]:
+        if args.scope and inst["scope"] != args.scope:
+            continue
         seed = inst["seed"]
         if seed not in keys:
             with open(path(streams[seed]["rows_file"])) as f:

@@ -628,6 +628,8 @@ enum Grow {
 /// then least km1) is kept.
 fn bisect<R: Rng>(hg: &Hg, caps: &[u64], s: &Settings, rng: &mut R) -> Vec<u16> {
     let mut best: Option<(u64, i64, Vec<u16>)> = None;
+    // Every try grows block 0 from everything in block 1: that state is built once and copied.
+    let start = PartState::new(hg, 2, vec![1; hg.n()]);
     for t in 0..s.tries.max(1) {
         let (how, fill) = match t % 4 {
             0 => (Grow::Greedy, false),
@@ -635,7 +637,7 @@ fn bisect<R: Rng>(hg: &Hg, caps: &[u64], s: &Settings, rng: &mut R) -> Vec<u16> 
             2 => (Grow::Bfs, false),
             _ => (Grow::Random, false),
         };
-        let grown = grow(hg, caps, how, fill, rng);
+        let grown = grow(start.clone(), caps, how, fill, rng);
         let s2 = Settings { fm_passes: s.try_fm, ..*s };
         let (part, km1, over) = refine_state(grown, caps, &s2, rng);
         if best.as_ref().is_none_or(|(bo, bk, _)| (over, km1) < (*bo, *bk)) {
@@ -645,10 +647,11 @@ fn bisect<R: Rng>(hg: &Hg, caps: &[u64], s: &Settings, rng: &mut R) -> Vec<u16> 
     best.map_or_else(|| vec![0; hg.n()], |b| b.2)
 }
 
-/// Grows block 0 from random seeds until it holds its proportional share `W·cap0/(cap0 + cap1)` of the
-/// weight, or with `fill` until it is full (when the caps leave room, a lopsided bisection may cut nothing);
-/// everything else stays in block 1. Returns the grown state.
-fn grow<'a, R: Rng>(hg: &'a Hg, caps: &[u64], how: Grow, fill: bool, rng: &mut R) -> PartState<'a> {
+/// Grows block 0 of `st` (every vertex in block 1) from random seeds until it holds its proportional share
+/// `W·cap0/(cap0 + cap1)` of the weight, or with `fill` until it is full (when the caps leave room, a
+/// lopsided bisection may cut nothing); everything else stays in block 1. Returns the grown state.
+fn grow<'a, R: Rng>(mut st: PartState<'a>, caps: &[u64], how: Grow, fill: bool, rng: &mut R) -> PartState<'a> {
+    let hg = st.hg;
     let n = hg.n();
     let total = u128::from(caps[0]) + u128::from(caps[1]);
     let target = if fill {
@@ -656,7 +659,6 @@ fn grow<'a, R: Rng>(hg: &'a Hg, caps: &[u64], how: Grow, fill: bool, rng: &mut R
     } else {
         (u128::from(hg.total_w) * u128::from(caps[0])).checked_div(total).map_or(0, |x| x as u64)
     };
-    let mut st = PartState::new(hg, 2, vec![1; n]);
     let mut order: Vec<u32> = (0..n as u32).collect();
     order.shuffle(rng);
     if let Grow::Random = how {

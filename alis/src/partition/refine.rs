@@ -61,6 +61,7 @@ struct Cache {
 }
 
 /// A partition of one level's hypergraph with its block loads and pin counts.
+#[derive(Clone)]
 pub(super) struct PartState<'a> {
     pub hg: &'a Hg,
     pub k: usize,
@@ -166,9 +167,16 @@ impl<'a> PartState<'a> {
         self.load.iter().zip(caps).map(|(&l, &c)| l.saturating_sub(c)).sum()
     }
 
-    /// Whether `v` has a net touching more than one block.
+    /// Whether `v` has a net touching more than one block: with the gain cache, whether its nets reach a
+    /// block other than its own (O(k) instead of O(nets of `v`); net weights are positive).
     pub fn is_boundary(&self, v: usize) -> bool {
-        self.hg.nets_of(v).iter().any(|&e| self.lambda[e as usize] > 1)
+        match &self.cache {
+            Some(c) => {
+                let a = self.part[v] as usize;
+                c.conn[v * self.k..(v + 1) * self.k].iter().enumerate().any(|(t, &w)| t != a && w > 0)
+            }
+            None => self.hg.nets_of(v).iter().any(|&e| self.lambda[e as usize] > 1),
+        }
     }
 
     /// The gathering score of moving `v` from `a` to `t`: `Σ_{e∋v} w(e)·(Φ(e,t) − Φ(e,a) + 1)`, half the change
