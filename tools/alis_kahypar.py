@@ -24,6 +24,10 @@ A tools/ script, never a dependency of the product. Set-up (a virtual environmen
 Usage: ~/.venv-mtk/bin/python tools/alis_kahypar.py DUMP_DIR [--replay REPORT.json] [--out RESULT.json]
                                                    [--mtk-from EARLIER_RESULT.json] [--scope direct|full]
 
+`--scope` keeps one scope's hypergraphs. Mt-KaHyPar's partitions depend on what the process partitioned before
+them (its seeding), so a one-scope run's km1 can differ from a run over both scopes by a few percent (the
+synthetic windows at S = 4: 5,642 against 5,454); its times are what it is for.
+
 `--mtk-from` takes Mt-KaHyPar's side from an earlier `--out` over the same hypergraphs (checked instance by
 instance: vertex and net counts, cap) instead of running it again: the hypergraphs `direct` and `full` partition
 do not depend on the alis partitioner, so after a change to it only our side needs scoring (seconds, where
