@@ -165,6 +165,41 @@ pub fn run<P: Send>(
     mut measure: impl FnMut(u64, P) -> Result<CostRecord>,
 ) -> Result<Summary> {
     let path: &Path = &plan.out;
+    let Start { done, repaired_bytes, todo, bar } = start(plan, &file, template)?;
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let mut written = 0u64;
+    'chunks: for chunk in todo.chunks(2 * threads) {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let prepared = prepare_parallel(chunk, threads, &prepare);
+        for (&g, work) in chunk.iter().zip(prepared) {
+            if stop.load(Ordering::SeqCst) {
+                break 'chunks;
+            }
+            let work = work.with_context(|| format!("preparing sample {g}"))?;
+            let record = measure(g, work).with_context(|| format!("measuring sample {g}"))?;
+            append(&mut file, &record).with_context(|| format!("appending sample {g} to {}", path.display()))?;
+            written += 1;
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(Summary { existing: done.len() as u64, written, remaining: todo.len() as u64 - written, repaired_bytes })
+}
+
+/// What a run knows before its first sample: the samples already in the file, the bytes a resume cut,
+/// the samples to measure and the progress bar.
+struct Start {
+    done: BTreeSet<u64>,
+    repaired_bytes: u64,
+    todo: Vec<u64>,
+    bar: ProgressBar,
+}
+
+/// Refuses a non-empty output without `--resume`, loads a resumed one, and lists what is left to measure.
+fn start(plan: &RunPlan, file: &File, template: &CostRecord) -> Result<Start> {
+    let path: &Path = &plan.out;
     let exists_nonempty = file.metadata().with_context(|| format!("reading {}", path.display()))?.len() > 0;
     if exists_nonempty && !plan.resume {
         bail!(
@@ -184,19 +219,71 @@ pub fn run<P: Send>(
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    Ok(Start { done, repaired_bytes, todo, bar })
+}
+
+/// How [`run_rounds`] spreads each sample's timing: `rounds` rounds over groups of `group` samples, in an
+/// order drawn from `seed` (and the group and round) each round.
+#[derive(Debug, Clone, Copy)]
+pub struct Rounds {
+    /// Rounds per sample (≥ 1).
+    pub count: u32,
+    /// Samples per group (≥ 1).
+    pub group: usize,
+    /// Seed of the rounds' orders.
+    pub seed: u64,
+}
+
+/// [`run`] with every sample timed in several rounds: the samples are taken in groups, a group prepared
+/// (in parallel) and then timed once per round, every round in a new seeded order, so that a slow moment
+/// of the host falls on one round of many samples instead of on all of one sample's runs. `time(g, work)`
+/// times sample `g` once; `combine(g, work, times)` makes its record from its rounds, in round order. The
+/// records of a group are appended when its last round ends: Ctrl-C or a failure loses at most the group
+/// in flight, and `--resume` measures it again.
+#[allow(clippy::too_many_arguments)] // `run`'s arguments, and the rounds' timing and combining apart
+pub fn run_rounds<P: Send, T>(
+    plan: &RunPlan,
+    mut file: File,
+    template: &CostRecord,
+    stop: &AtomicBool,
+    rounds: Rounds,
+    prepare: impl Fn(u64) -> Result<P> + Sync,
+    mut time: impl FnMut(u64, &P) -> Result<T>,
+    mut combine: impl FnMut(u64, P, Vec<T>) -> Result<CostRecord>,
+) -> Result<Summary> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let path: &Path = &plan.out;
+    let Start { done, repaired_bytes, todo, bar } = start(plan, &file, template)?;
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut written = 0u64;
-    'chunks: for chunk in todo.chunks(2 * threads) {
+    'groups: for group in todo.chunks(rounds.group.max(1)) {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let prepared = prepare_parallel(chunk, threads, &prepare);
-        for (&g, work) in chunk.iter().zip(prepared) {
-            if stop.load(Ordering::SeqCst) {
-                break 'chunks;
+        let mut works = Vec::with_capacity(group.len());
+        for (&g, work) in group.iter().zip(prepare_parallel(group, threads, &prepare)) {
+            works.push(work.with_context(|| format!("preparing sample {g}"))?);
+        }
+        let mut times: Vec<Vec<T>> = group.iter().map(|_| Vec::with_capacity(rounds.count as usize)).collect();
+        for r in 0..rounds.count {
+            let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(
+                rounds.seed ^ group[0].wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(r).rotate_left(32),
+            );
+            let mut order: Vec<usize> = (0..group.len()).collect();
+            order.shuffle(&mut rng);
+            let (first, last) = (group[0], group[group.len() - 1]);
+            bar.set_message(format!("round {}/{} of samples {first}..={last}", r + 1, rounds.count));
+            for i in order {
+                if stop.load(Ordering::SeqCst) {
+                    break 'groups;
+                }
+                let g = group[i];
+                times[i].push(time(g, &works[i]).with_context(|| format!("measuring sample {g} (round {})", r + 1))?);
             }
-            let work = work.with_context(|| format!("preparing sample {g}"))?;
-            let record = measure(g, work).with_context(|| format!("measuring sample {g}"))?;
+        }
+        for ((&g, work), t) in group.iter().zip(works).zip(times) {
+            let record = combine(g, work, t).with_context(|| format!("combining the rounds of sample {g}"))?;
             append(&mut file, &record).with_context(|| format!("appending sample {g} to {}", path.display()))?;
             written += 1;
             bar.inc(1);

@@ -39,6 +39,9 @@ pub struct CommArgs {
 pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     let c = &args.common;
     validate_common(c)?;
+    if c.run.rounds != 1 {
+        bail!("--rounds = {} is invalid for comm samples: rounds apply to compute and `sets` runs", c.run.rounds);
+    }
     if args.devices == 0 || args.devices > 1024 {
         bail!("--devices = {} is invalid: use 1..=1024", args.devices);
     }

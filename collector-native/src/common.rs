@@ -61,13 +61,24 @@ pub struct RunArgs {
     /// Untimed runs before the timed ones.
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// Timed runs (the median is recorded with every run).
+    /// Timed runs (the median is recorded with every run); per round with `--rounds`.
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
     /// Do not flush caches before timed runs.
     #[arg(long)]
     pub no_flush: bool,
+    /// Time every compute sample in this many rounds, seconds apart: samples are taken in groups of
+    /// [`ROUND_GROUP`], each group timed once per round in a new seeded order, and a record keeps every
+    /// round's runs (`protocol.rounds`). On a host whose speed wanders, one moment's timing of a set is
+    /// off by about 10%; rounds average over moments. Compute and `sets` runs only.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
 }
+
+/// Samples timed together in rounds (`--rounds`): a round of a group takes long enough (10–20 s on the
+/// CPU backend at batch 4,096) that a sample's rounds fall at different moments of the host, and a killed
+/// run loses at most one group.
+pub const ROUND_GROUP: usize = 24;
 
 /// Refuses batch sizes and repetitions out of range.
 pub fn validate_run(c: &RunArgs) -> Result<()> {
@@ -76,6 +87,9 @@ pub fn validate_run(c: &RunArgs) -> Result<()> {
     }
     if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
         bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
+    }
+    if c.rounds == 0 || c.rounds > 100 {
+        bail!("--rounds = {} is invalid: use 1..=100", c.rounds);
     }
     Ok(())
 }
@@ -120,7 +134,12 @@ pub fn template(
         batch_size: c.run.batch_size,
         dtype: ElementType::Fp32,
         feature_schema: FeatureSchema::NeuroShard20,
-        protocol: Protocol { warmup: c.run.warmup, reps: c.run.reps, cache_flush: backend.cache_flush() },
+        protocol: Protocol {
+            warmup: c.run.warmup,
+            reps: c.run.reps,
+            cache_flush: backend.cache_flush(),
+            rounds: c.run.rounds,
+        },
         measurement,
         conditions: None,
     }
@@ -192,6 +211,66 @@ pub fn compute_record(
     };
     r.conditions = Some(conditions);
     r
+}
+
+/// Times the compute samples of a `compute` or `sets` run into `output`: each once with `--reps` runs, or
+/// with `--rounds` in rounds ([`collect::run_rounds`]), its record then holding every round's runs and
+/// what the guard saw over all of them ([`merge_conditions`]).
+#[allow(clippy::too_many_arguments)] // the run's parts, each owned by its command
+pub fn measure_compute_samples(
+    c: &RunArgs,
+    plan: &collect::RunPlan,
+    output: std::fs::File,
+    tpl: &CostRecord,
+    stop: &AtomicBool,
+    backend: &mut dyn Backend,
+    guard: &mut Guard,
+    prepare: impl Fn(u64) -> Result<(Vec<WorkPiece>, Vec<workload::Bags>)> + Sync,
+) -> Result<collect::Summary> {
+    let timing = Timing { warmup: c.warmup, reps: c.reps };
+    let lookups = |bags: &[workload::Bags]| -> Vec<u64> { bags.iter().map(|b| b.indices.len() as u64).collect() };
+    if c.rounds <= 1 {
+        return collect::run(plan, output, tpl, stop, prepare, |g, (set, bags)| {
+            let (times, conditions) = time_pieces(backend, guard, g, &set, &bags, timing)?;
+            Ok(compute_record(tpl, g, &set, &lookups(&bags), times, conditions))
+        });
+    }
+    let rounds = collect::Rounds { count: c.rounds, group: ROUND_GROUP, seed: tpl.run.seed };
+    collect::run_rounds(
+        plan,
+        output,
+        tpl,
+        stop,
+        rounds,
+        prepare,
+        |g, (set, bags)| time_pieces(backend, guard, g, set, bags, timing),
+        |g, (set, bags), rounds| {
+            let mut times = cpu::ComputeTimes { fwd_ms: Vec::new(), bwd_ms: Vec::new() };
+            let mut seen = Vec::with_capacity(rounds.len());
+            for (t, cond) in rounds {
+                times.fwd_ms.extend(t.fwd_ms);
+                times.bwd_ms.extend(t.bwd_ms);
+                seen.push(cond);
+            }
+            Ok(compute_record(tpl, g, &set, &lookups(&bags), times, merge_conditions(&seen)))
+        },
+    )
+}
+
+/// What the guard saw over a sample's rounds: the most other processes and steal of any round, the
+/// median reference reading and ratio (the reading a trainer scales the sample's median by), and every
+/// round's retries.
+#[must_use]
+pub fn merge_conditions(rounds: &[planner_core::dataset::Conditions]) -> planner_core::dataset::Conditions {
+    use planner_core::dataset::median;
+    let readings: Vec<f64> = rounds.iter().filter_map(|c| c.reference_ms).collect();
+    planner_core::dataset::Conditions {
+        other_busy_pct: rounds.iter().map(|c| c.other_busy_pct).fold(0.0, f64::max),
+        steal_pct: rounds.iter().map(|c| c.steal_pct).fold(0.0, f64::max),
+        reference_ratio: median(&rounds.iter().map(|c| c.reference_ratio).collect::<Vec<_>>()),
+        reference_ms: (!readings.is_empty()).then(|| median(&readings)),
+        retries: rounds.iter().map(|c| c.retries).sum(),
+    }
 }
 
 /// Samples measured on one weight memory before it is renewed (`Backend::renew_memory`), so that a

@@ -9,11 +9,10 @@ use planner_core::dataset::{Measurement, Timings};
 use planner_core::task::task_seed;
 
 use crate::Cli;
-use crate::backend::Timing;
 use crate::collect::{self, RunPlan};
 use crate::common::{
-    CollectArgs, compute_record, install_stop_handler, load_base_tables, make_backend, report, start_guard, template,
-    time_pieces, validate_common,
+    CollectArgs, install_stop_handler, load_base_tables, make_backend, measure_compute_samples, report, start_guard,
+    template, validate_common,
 };
 use crate::workload::{self, Sampler};
 
@@ -70,7 +69,6 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let plan =
         RunPlan { out: c.run.out.clone(), samples: c.samples, shard: c.shard, resume: c.run.resume, quiet: cli.quiet };
     let stop = install_stop_handler()?;
-    let timing = Timing { warmup: c.run.warmup, reps: c.run.reps };
     let mut guard = start_guard(cli, backend.as_mut(), c.run.batch_size)?;
     let prepare = |g: u64| {
         let seed = task_seed(c.seed, g as usize);
@@ -78,10 +76,6 @@ pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
         let bags = set.iter().map(|p| p.bags(c.run.batch_size)).collect::<Result<Vec<_>>>()?;
         Ok((set, bags))
     };
-    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
-        let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
-        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
-        Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
-    })?;
+    let summary = measure_compute_samples(&c.run, &plan, output, &tpl, &stop, backend.as_mut(), &mut guard, prepare)?;
     Ok(report(&summary, &c.run.out))
 }

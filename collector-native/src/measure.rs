@@ -460,7 +460,8 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         hardware,
         batch_size: args.batch_size,
         seed: args.seed,
-        protocol: Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush() },
+        // How each round times a set; the document's own `rounds` counts the rounds.
+        protocol: Protocol { warmup: args.warmup, reps: args.reps, cache_flush: backend.cache_flush(), rounds: 1 },
         rounds: args.rounds,
         comm: if args.comm_from_plan { "modelled: taken from each plan's report".into() } else { "measured".into() },
         reference_ms: (!references.is_empty()).then(|| median(&references)),

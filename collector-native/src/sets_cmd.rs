@@ -8,11 +8,11 @@ use clap::Args;
 use planner_core::dataset::{Measurement, SetRequest, Timings, fnv1a64};
 
 use crate::Cli;
-use crate::backend::{Timing, check_fp32};
+use crate::backend::check_fp32;
 use crate::collect::{self, RunPlan, Shard};
 use crate::common::{
-    CollectArgs, RunArgs, compute_record, install_stop_handler, make_backend, report, start_guard, template,
-    time_pieces, validate_run,
+    CollectArgs, RunArgs, install_stop_handler, make_backend, measure_compute_samples, report, start_guard, template,
+    validate_run,
 };
 use crate::workload::WorkPiece;
 
@@ -70,17 +70,12 @@ pub fn run(cli: &Cli, args: &SetsArgs) -> Result<i32> {
         quiet: cli.quiet,
     };
     let stop = install_stop_handler()?;
-    let timing = Timing { warmup: c.warmup, reps: c.reps };
     let mut guard = start_guard(cli, backend.as_mut(), c.batch_size)?;
     let prepare = |g: u64| {
         let set = requests[g as usize].clone();
         let bags = set.iter().map(|p| p.bags(c.batch_size)).collect::<Result<Vec<_>>>()?;
         Ok((set, bags))
     };
-    let summary = collect::run(&plan, output, &tpl, &stop, prepare, |g, (set, bags)| {
-        let lookups: Vec<u64> = bags.iter().map(|b| b.indices.len() as u64).collect();
-        let (times, conditions) = time_pieces(backend.as_mut(), &mut guard, g, &set, &bags, timing)?;
-        Ok(compute_record(&tpl, g, &set, &lookups, times, conditions))
-    })?;
+    let summary = measure_compute_samples(c, &plan, output, &tpl, &stop, backend.as_mut(), &mut guard, prepare)?;
     Ok(report(&summary, &c.out))
 }

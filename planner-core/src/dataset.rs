@@ -65,10 +65,34 @@ pub struct Hardware {
 pub struct Protocol {
     /// Untimed runs before the timed ones.
     pub warmup: u32,
-    /// Timed runs (each kept in the record).
+    /// Timed runs per round (each kept in the record).
     pub reps: u32,
     /// Whether the cache was flushed before every timed run (device L2 on CUDA, last-level cache on CPU).
     pub cache_flush: bool,
+    /// Rounds the sample was timed in, at different moments (`shardplan-collect --rounds`): its timings
+    /// hold `reps` runs of every round, in round order, and their median is over all of them. Absent in
+    /// records of one round.
+    #[serde(default = "one_round", skip_serializing_if = "is_one_round")]
+    pub rounds: u32,
+}
+
+/// The rounds of a record that does not say (every record before `--rounds` existed).
+fn one_round() -> u32 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_one_round(rounds: &u32) -> bool {
+    *rounds == 1
+}
+
+impl Protocol {
+    /// Timed runs a record of this protocol holds per quantity: `reps × rounds` (saturating; validation
+    /// refuses a count that does not match its timings).
+    #[must_use]
+    pub fn timed_runs(&self) -> usize {
+        (self.reps as usize).saturating_mul(self.rounds as usize)
+    }
 }
 
 /// Every timed repetition of one quantity and their median.
@@ -336,13 +360,19 @@ impl CostRecord {
         if self.batch_size == 0 {
             return Err(Error::field(context, "batch_size", 0, "a positive integer"));
         }
+        if self.protocol.rounds == 0 {
+            return Err(Error::field(context, "protocol.rounds", 0, "a positive integer"));
+        }
         let check_timings = |field: &str, t: &Timings| -> Result<()> {
-            if t.reps_ms.len() != self.protocol.reps as usize || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            if t.reps_ms.len() != self.protocol.timed_runs() || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(Error::field(
                     context,
                     field,
                     format!("{} repetitions", t.reps_ms.len()),
-                    format!("{} finite non-negative repetitions (protocol.reps)", self.protocol.reps),
+                    format!(
+                        "{} finite non-negative repetitions (protocol.reps × protocol.rounds)",
+                        self.protocol.timed_runs()
+                    ),
                 ));
             }
             if (median(&t.reps_ms) - t.median_ms).abs() > 1e-9 * t.median_ms.abs().max(1.0) {
@@ -594,7 +624,7 @@ mod tests {
             batch_size: 16,
             dtype: ElementType::Fp32,
             feature_schema: FeatureSchema::NeuroShard20,
-            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false },
+            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false, rounds: 1 },
             measurement: Measurement::Compute {
                 tables: vec![TableRecord::new(&t)],
                 fwd: Timings::from_reps(vec![1.0, 3.0, 2.0]),
@@ -649,6 +679,36 @@ mod tests {
         assert_eq!(back[0].kind(), "compute");
         let Measurement::Compute { fwd, .. } = &back[0].measurement else { panic!("compute") };
         assert_eq!(fwd.median_ms, 2.0);
+    }
+
+    #[test]
+    fn rounds_multiply_the_runs_a_record_holds() {
+        // One round is written as before rounds existed, and a record without the field reads as one round.
+        let text = lines(&[record(0, "a")]);
+        assert!(!text.contains("rounds"));
+        assert_eq!(parse_dataset("d", &text, HardwarePolicy::Single).unwrap()[0].protocol.rounds, 1);
+        // Two rounds of three runs: six runs per quantity, their median the sample.
+        let mut r = record(0, "a");
+        r.protocol.rounds = 2;
+        let e = parse_dataset("d", &lines(&[r.clone()]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("3 repetitions") && e.contains("6 finite") && e.contains("protocol.rounds"), "{e}");
+        r.measurement = Measurement::Compute {
+            tables: match &r.measurement {
+                Measurement::Compute { tables, .. } => tables.clone(),
+                Measurement::Comm { .. } => unreachable!(),
+            },
+            fwd: Timings::from_reps(vec![1.0, 3.0, 2.0, 5.0, 4.0, 6.0]),
+            bwd: Timings::from_reps(vec![1.0; 6]),
+            total: Timings::from_reps(vec![2.0, 4.0, 3.0, 6.0, 5.0, 7.0]),
+        };
+        let text = lines(&[r.clone()]);
+        assert!(text.contains("\"rounds\":2"));
+        let back = parse_dataset("d", &text, HardwarePolicy::Single).unwrap();
+        let Measurement::Compute { total, .. } = &back[0].measurement else { panic!("compute") };
+        assert_eq!(total.median_ms, 4.5);
+        r.protocol.rounds = 0;
+        let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("protocol.rounds") && e.contains("line 1"), "{e}");
     }
 
     #[test]

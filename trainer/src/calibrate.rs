@@ -128,8 +128,11 @@ pub enum Only {
 pub struct CollectorTiming {
     /// Untimed runs before the timed ones.
     pub warmup: u32,
-    /// Timed runs (their median is the sample).
+    /// Timed runs (their median is the sample); per round with `set_rounds`.
     pub reps: u32,
+    /// Rounds every compute set (initial and proposed) is timed in (`shardplan-collect --rounds`); the
+    /// held-out plans have their own (`measure_rounds`).
+    pub set_rounds: u32,
     /// Flush the last-level cache before every run (what the protocol prescribes).
     pub flush: bool,
     /// The contention guard (off only where measurements run beside each other, as in the tests).
@@ -141,7 +144,7 @@ pub struct CollectorTiming {
 
 impl Default for CollectorTiming {
     fn default() -> Self {
-        Self { warmup: 2, reps: 10, flush: true, guard: true, quiet_reference_ms: None }
+        Self { warmup: 2, reps: 10, set_rounds: 1, flush: true, guard: true, quiet_reference_ms: None }
     }
 }
 
@@ -150,6 +153,15 @@ impl CollectorTiming {
         let mut a = vec!["--warmup".to_string(), self.warmup.to_string(), "--reps".into(), self.reps.to_string()];
         if !self.flush {
             a.push("--no-flush".into());
+        }
+        a
+    }
+
+    /// [`CollectorTiming::args`] of the runs that time compute sets: with their rounds.
+    fn set_args(self) -> Vec<String> {
+        let mut a = self.args();
+        if self.set_rounds > 1 {
+            a.extend(["--rounds".to_string(), self.set_rounds.to_string()]);
         }
         a
     }
@@ -344,7 +356,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
     if !stage(&mut state, "initial sets", Some(Only::Measure), &mut || {
         let mut c = opts.collector();
         c.args(["compute", "--sampler", "mixed", "--resume", "--samples", &opts.initial_samples.to_string()])
-            .args(opts.timing.args())
+            .args(opts.timing.set_args())
             .args(["--seed", &task_seed(opts.seed, 1).to_string(), "--batch-size", &opts.batch.to_string()])
             .args(["--mem-cap", &opts.mem_cap, "--out"])
             .arg(opts.data_dir().join("compute_initial.jsonl"));
@@ -400,7 +412,7 @@ pub fn calibrate(opts: &CalibrateOptions) -> Result<Vec<RoundReport>> {
             }
             let mut c = opts.collector();
             c.args(["sets", "--resume", "--batch-size", &opts.batch.to_string()])
-                .args(opts.timing.args())
+                .args(opts.timing.set_args())
                 .arg("--requests")
                 .arg(&requests)
                 .arg("--out")

@@ -110,9 +110,13 @@ pub struct CalibrateArgs {
     /// Untimed runs before the timed ones, every set.
     #[arg(long, default_value_t = 2)]
     pub warmup: u32,
-    /// Timed runs per set (the sample is their median).
+    /// Timed runs per set (the sample is their median); per round with `--set-rounds`.
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
+    /// Rounds every compute set is timed in, seconds apart (`shardplan-collect --rounds`); the held-out
+    /// plans' rounds are `--measure-rounds`.
+    #[arg(long, default_value_t = 1)]
+    pub set_rounds: u32,
     /// Do not flush the last-level cache before every run (the records say so).
     #[arg(long)]
     pub no_flush: bool,
@@ -173,6 +177,7 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
         timing: trainer::calibrate::CollectorTiming {
             warmup: a.warmup,
             reps: a.reps,
+            set_rounds: a.set_rounds,
             flush: !a.no_flush,
             guard: !a.no_guard,
             quiet_reference_ms: a.quiet_reference_ms,

@@ -410,7 +410,7 @@ mod tests {
             },
             batch_size: 512,
             seed: 1,
-            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false },
+            protocol: Protocol { warmup: 1, reps: 3, cache_flush: false, rounds: 1 },
             rounds: 2,
             comm: "measured".into(),
             reference_ms: Some(3.0),

@@ -355,6 +355,49 @@ fn measure_plan_can_take_comm_from_the_plan_and_measures_row_pieces() {
     }
 }
 
+/// `--rounds` times every sample in several rounds: a record keeps `reps` runs of every round and their
+/// median, says how many rounds (`protocol.rounds`), and is the same sample as a one-round run's; a run cut
+/// inside a group of rounds resumes with the samples it lost, and a resume with other rounds is refused.
+#[test]
+fn rounds_keep_every_rounds_runs_and_resume() {
+    let out = tmp("rounds.jsonl");
+    // 26 samples: a full group of rounds (24) and a short one.
+    let o = compute(&out, 26, &["--rounds", "3", "--seed", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = records(&out);
+    assert_eq!(indices(&recs), (0..26).collect::<Vec<_>>());
+    for r in &recs {
+        assert_eq!((r.protocol.rounds, r.protocol.reps), (3, 2));
+        let Measurement::Compute { fwd, bwd, total, .. } = &r.measurement else { panic!("compute") };
+        assert!([fwd, bwd, total].iter().all(|t| t.reps_ms.len() == 6));
+        assert_eq!(total.median_ms, planner_core::dataset::median(&total.reps_ms));
+    }
+    let one_path = tmp("rounds-one.jsonl");
+    assert!(compute(&one_path, 3, &["--seed", "5"]).status.success());
+    let one = records(&one_path);
+    // One round is the protocol as before `--rounds`: the field is not written.
+    assert!(one.iter().all(|r| r.protocol.rounds == 1));
+    assert!(!std::fs::read_to_string(&one_path).unwrap().contains("\"rounds\""));
+    for (a, b) in one.iter().zip(&recs) {
+        assert_eq!(tables_of(a), tables_of(b), "sample {}", a.sample_index);
+    }
+    // Cut inside the second group (and mid-line): the resume repairs the file and measures what is missing.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let keep: usize = text.split_inclusive('\n').take(25).map(str::len).sum::<usize>() + 40;
+    std::fs::write(&out, &text[..keep]).unwrap();
+    let o = compute(&out, 26, &["--rounds", "3", "--seed", "5", "--resume"]);
+    assert!(o.status.success() && stderr(&o).contains("1 written now"), "{}", stderr(&o));
+    assert_eq!(indices(&records(&out)), (0..26).collect::<Vec<_>>());
+    let o = compute(&out, 27, &["--rounds", "2", "--seed", "5", "--resume"]);
+    assert!(!o.status.success() && stderr(&o).contains("protocol"), "{}", stderr(&o));
+    // Rounds out of range, and rounds of comm samples, are refused by name.
+    let o = compute(&tmp("rounds0.jsonl"), 1, &["--rounds", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("--rounds = 0"), "{}", stderr(&o));
+    let comm = tmp("rounds-comm.jsonl");
+    let o = collect(&["comm", "--devices", "2", "--samples", "1", "--rounds", "2", "--out", comm.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("--rounds = 2"), "{}", stderr(&o));
+}
+
 /// `sets` measures exactly the sets a request file asks for, row-wise pieces with the lookups that
 /// fall in their rows, and resumes without measuring a set twice.
 #[test]
@@ -559,7 +602,14 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
         target: trainer::models::ComputeTarget::Time,
         measure_rounds: 1,
         neighbours: 2,
-        timing: CollectorTiming { warmup: 0, reps: 1, flush: false, guard: false, quiet_reference_ms: None },
+        timing: CollectorTiming {
+            warmup: 0,
+            reps: 1,
+            set_rounds: 2,
+            flush: false,
+            guard: false,
+            quiet_reference_ms: None,
+        },
         command: "test".into(),
     };
     // A bad quiet reference is refused by name before anything runs.
@@ -587,6 +637,10 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     let sets = out.join("data/sets_round_0.jsonl");
     let full = std::fs::read_to_string(&sets).unwrap();
     assert_eq!(full.lines().count(), 6);
+    // Every compute set of the loop was timed in the two rounds asked for.
+    for file in [sets.clone(), out.join("data/compute_initial.jsonl")] {
+        assert!(records(&file).iter().all(|r| r.protocol.rounds == 2), "{}", file.display());
+    }
 
     // Killed during round 0's measurement after three sets.
     let kept: String = full.lines().take(3).flat_map(|l| [l, "\n"]).collect();

@@ -36,7 +36,7 @@ fn record_line(i: usize, seed: u64, pool: String, fingerprint: &str, measurement
         batch_size: FIXTURE_BATCH,
         dtype: ElementType::Fp32,
         feature_schema: FeatureSchema::NeuroShard20,
-        protocol: Protocol { warmup: 0, reps: 3, cache_flush: false },
+        protocol: Protocol { warmup: 0, reps: 3, cache_flush: false, rounds: 1 },
         measurement,
         conditions: None,
     };
