@@ -222,7 +222,7 @@ fn start(plan: &RunPlan, file: &File, template: &CostRecord) -> Result<Start> {
     Ok(Start { done, repaired_bytes, todo, bar })
 }
 
-/// How [`run_rounds`] spreads each sample's timing: `rounds` rounds over groups of `group` samples, in an
+/// How [`run_rounds`] spreads each sample's timing: `count` rounds over groups of `group` samples, in an
 /// order drawn from `seed` (and the group and round) each round.
 #[derive(Debug, Clone, Copy)]
 pub struct Rounds {
