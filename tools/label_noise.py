@@ -18,15 +18,13 @@ import json
 import math
 import os
 import random
+import statistics
 import sys
 
 
 def scaled(t, f):
     reps = [x * f for x in t["reps_ms"]]
-    s = sorted(reps)
-    n = len(s)
-    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-    return {"reps_ms": reps, "median_ms": med}
+    return {"reps_ms": reps, "median_ms": statistics.median(reps)}
 
 
 def main():

@@ -266,13 +266,13 @@ pub fn run_rounds<P: Send, T>(
             works.push(work.with_context(|| format!("preparing sample {g}"))?);
         }
         let mut times: Vec<Vec<T>> = group.iter().map(|_| Vec::with_capacity(rounds.count as usize)).collect();
+        let (first, last) = (group[0], group[group.len() - 1]);
         for r in 0..rounds.count {
             let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(
-                rounds.seed ^ group[0].wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(r).rotate_left(32),
+                rounds.seed ^ first.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(r).rotate_left(32),
             );
             let mut order: Vec<usize> = (0..group.len()).collect();
             order.shuffle(&mut rng);
-            let (first, last) = (group[0], group[group.len() - 1]);
             bar.set_message(format!("round {}/{} of samples {first}..={last}", r + 1, rounds.count));
             for i in order {
                 if stop.load(Ordering::SeqCst) {

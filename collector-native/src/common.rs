@@ -229,7 +229,7 @@ pub fn measure_compute_samples(
 ) -> Result<collect::Summary> {
     let timing = Timing { warmup: c.warmup, reps: c.reps };
     let lookups = |bags: &[workload::Bags]| -> Vec<u64> { bags.iter().map(|b| b.indices.len() as u64).collect() };
-    if c.rounds <= 1 {
+    if c.rounds == 1 {
         return collect::run(plan, output, tpl, stop, prepare, |g, (set, bags)| {
             let (times, conditions) = time_pieces(backend, guard, g, &set, &bags, timing)?;
             Ok(compute_record(tpl, g, &set, &lookups(&bags), times, conditions))
@@ -260,8 +260,7 @@ pub fn measure_compute_samples(
 /// What the guard saw over a sample's rounds: the most other processes and steal of any round, the
 /// median reference reading and ratio (the reading a trainer scales the sample's median by), and every
 /// round's retries.
-#[must_use]
-pub fn merge_conditions(rounds: &[planner_core::dataset::Conditions]) -> planner_core::dataset::Conditions {
+fn merge_conditions(rounds: &[planner_core::dataset::Conditions]) -> planner_core::dataset::Conditions {
     use planner_core::dataset::median;
     let readings: Vec<f64> = rounds.iter().filter_map(|c| c.reference_ms).collect();
     planner_core::dataset::Conditions {
