@@ -134,6 +134,9 @@ struct BenchArgs {
     /// Full re-partition period in windows.
     #[arg(long, default_value_t = StrategyConfig::default().full_every)]
     full_every: usize,
+    /// Per-window age decay of `full`'s history, in (0, 1] (1: undecayed).
+    #[arg(long, default_value_t = StrategyConfig::default().full_decay)]
+    full_decay: f64,
     /// ALIS incremental data ratio, in (0, 1].
     #[arg(long, default_value_t = StrategyConfig::default().incr_ratio)]
     incr_ratio: f64,
@@ -354,6 +357,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         max_iters: a.max_iters,
         p_fanout: a.p_fanout,
         full_every: a.full_every,
+        full_decay: a.full_decay,
         incr_ratio: a.incr_ratio,
         decay: a.decay,
         beta: a.beta,

@@ -218,6 +218,37 @@ mod tests {
         assert!(!groups_apart(0), "D_new alone never touches A, which stays split");
     }
 
+    #[test]
+    fn a_decayed_full_follows_what_is_requested_now() {
+        // 4 rows on 2 shards (ε = 0: cap 2), windows of 20 requests. Windows 1–3 request {0, 1} and {2, 3};
+        // window 4 requests {0, 2} and {1, 3}. Undecayed, all history still pairs 0 with 1 (60 requests
+        // against 10); with decay 0.1 the latest window outweighs the older ones (3.3 against 10) and `full`
+        // regroups the rows as they are requested now.
+        let mut raw = Vec::new();
+        for w in 0..4u64 {
+            let pairs: [[u64; 2]; 2] = if w < 3 { [[0, 1], [2, 3]] } else { [[0, 2], [1, 3]] };
+            for i in 0..20u64 {
+                let id = w * 20 + i;
+                raw.push(RawRequest {
+                    request_id: id,
+                    time: id as f64,
+                    row_ids: pairs[(i % 2) as usize].to_vec(),
+                    table_ids: None,
+                });
+            }
+        }
+        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
+        let together = |full_decay: f64, a: u64, b: u64| {
+            let c = StrategyConfig { shards: 2, epsilon: 0.0, full_decay, ..StrategyConfig::default() };
+            let strategy = run_within_caps("full", &c, &s, 20, 4);
+            let row = |id: u64| (0..s.n_rows() as u32).find(|&r| s.row_key(r) == id).unwrap_or(u32::MAX);
+            let pl = strategy.placement().as_slice();
+            pl[row(a) as usize] == pl[row(b) as usize]
+        };
+        assert!(together(1.0, 0, 1) && !together(1.0, 0, 2), "undecayed, all history pairs 0 with 1");
+        assert!(together(0.1, 0, 2) && together(0.1, 1, 3), "decayed, the latest window's pairs");
+    }
+
     /// Strategy `name` updated on every window of `size` requests of `s`, each placement checked to keep
     /// every shard within its cap and all `rows` rows placed.
     fn run_within_caps(
@@ -361,6 +392,9 @@ mod tests {
         let c = StrategyConfig { history_windows: 65, ..cfg(4, 0) };
         let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("history_windows") && e.contains("65") && e.contains("0..=64"), "{e}");
+        let c = StrategyConfig { full_decay: 0.0, ..cfg(4, 0) };
+        let e = replay(&s, "full", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("full_decay") && e.contains("(0, 1]"), "{e}");
         let c = StrategyConfig { global_windows: 2_000_000, ..cfg(4, 0) };
         let e = replay(&s, "alis", &c, &rc, &mut || 0.0).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("global_windows") && e.contains("2000000"), "{e}");

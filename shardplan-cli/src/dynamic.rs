@@ -47,6 +47,10 @@ pub struct DynamicArgs {
     /// Full re-partition period in windows.
     #[arg(long, default_value_t = StrategyConfig::default().full_every)]
     pub full_every: usize,
+    /// Per-window age decay of `full`'s history, in (0, 1]: a request a windows older than the latest weighs
+    /// `full_decay^a` in its partition (1: all history undecayed; docs/ALIS.md, "A decayed `full`").
+    #[arg(long, default_value_t = StrategyConfig::default().full_decay)]
+    pub full_decay: f64,
     /// ALIS incremental data ratio (the paper's α of light incremental sharding), in (0, 1].
     #[arg(long, default_value_t = StrategyConfig::default().incr_ratio)]
     pub incr_ratio: f64,
@@ -192,6 +196,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         max_iters: args.max_iters,
         p_fanout: args.p_fanout,
         full_every: args.full_every,
+        full_decay: args.full_decay,
         incr_ratio: args.incr_ratio,
         decay: args.decay,
         beta: args.beta,
@@ -417,6 +422,12 @@ fn dump(
     }
     if args.dump_reps == 0 {
         bail!("invalid --dump-reps = 0 (allowed: >= 1)");
+    }
+    if base.full_decay < 1.0 && scopes.iter().any(|&(name, _)| name == "full") {
+        bail!(
+            "invalid --full-decay = {} with --dump-dir (allowed: 1): the dump writes the undecayed hypergraph of all history",
+            base.full_decay
+        );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, text: &str| shardplan_files::write_atomic(&dir.join(name), text.as_bytes());

@@ -113,6 +113,41 @@ pub(super) fn requests_partition_input(
     Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))
 }
 
+/// Weight of a request of the latest window in a decayed history (`full_decay < 1`): older windows weigh
+/// `full_decay^age` of it, rounded, never below 1. Large enough that a weight rounds by less than 0.001% at
+/// a tenth of the latest window's, small enough that a million requests' weights sum far below `i64::MAX`.
+const DECAYED_NET_SCALE: f64 = 65_536.0;
+
+/// The hypergraph of all requests before `known_after` (over every row known then, every shard capped as in
+/// [`requests_partition_input`]), each request weighted by its window's age: requests from `starts[i]` on
+/// (window starts in increasing order, the latest last) are `starts.len() − 1 − i` windows old, earlier ones
+/// as old as the first window. Weights are `⌊DECAYED_NET_SCALE · decay^age⌉ ≥ 1`; `decay^age` is computed by
+/// repeated multiplication, so the weights are the same on every target.
+fn decayed_partition_input(
+    stream: &Stream,
+    starts: &[usize],
+    known_after: usize,
+    cfg: &StrategyConfig,
+) -> Result<(Hypergraph, PartitionParams), AlisError> {
+    cfg.validate()?;
+    let rows = stream.rows_known_after(known_after);
+    let mut weights = Vec::with_capacity(starts.len());
+    let mut w = DECAYED_NET_SCALE;
+    for _ in starts {
+        weights.push(w.round().max(1.0) as u32);
+        w *= cfg.full_decay;
+    }
+    weights.reverse();
+    let oldest = weights.first().copied().unwrap_or(1);
+    let weight_of = |i: usize| match starts.partition_point(|&s| s <= i) {
+        0 => oldest,
+        j => weights[j - 1],
+    };
+    let hg = Hypergraph::with_weights(rows, (0..known_after).map(|i| (stream.request(i), weight_of(i))))?;
+    let cap = Placement::new(cfg.shards, cfg.epsilon).cap_for(rows);
+    Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))
+}
+
 /// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
 /// re-partition. Rows the scope's requests do not touch are placed last, into the room left.
 pub(super) struct FullStrategy {
@@ -121,11 +156,18 @@ pub(super) struct FullStrategy {
     scope: Scope,
     updates: usize,
     rng: ChaCha8Rng,
+    /// The first request of every window seen (`full` with `full_decay < 1`: the windows' ages).
+    starts: Vec<usize>,
 }
 
 impl FullStrategy {
     pub(super) fn new(cfg: StrategyConfig, placement: Placement, scope: Scope) -> Self {
-        FullStrategy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0 }
+        FullStrategy { rng: ChaCha8Rng::seed_from_u64(cfg.seed), cfg, placement, scope, updates: 0, starts: Vec::new() }
+    }
+
+    /// Whether this is `full` with a decayed history.
+    fn decayed(&self) -> bool {
+        self.scope == Scope::All && self.cfg.full_decay < 1.0
     }
 }
 
@@ -145,11 +187,18 @@ impl Strategy for FullStrategy {
             Scope::All => self.updates.is_multiple_of(self.cfg.full_every),
         };
         self.updates += 1;
+        if self.decayed() {
+            self.starts.push(window.start);
+        }
         if !due {
             self.placement.grow_hash(stream, rows);
             return Ok(());
         }
-        let (hg, params) = scope_partition_input(stream, self.scope, window, &self.cfg)?;
+        let (hg, params) = if self.decayed() {
+            decayed_partition_input(stream, &self.starts, window.end, &self.cfg)?
+        } else {
+            scope_partition_input(stream, self.scope, window, &self.cfg)?
+        };
         let (part, _) = partition(&hg, &vec![UNASSIGNED; rows], &params, &mut self.rng)?;
         // Rows seen for the first time live at their hash shard until now: the renaming counts them there.
         self.placement.grow_hash(stream, rows);
@@ -161,7 +210,7 @@ impl Strategy for FullStrategy {
         &self.placement
     }
     fn state_bytes(&self) -> usize {
-        self.placement.heap_bytes()
+        self.placement.heap_bytes() + self.starts.capacity() * std::mem::size_of::<usize>()
     }
 }
 
@@ -244,5 +293,33 @@ impl Strategy for GreedyStrategy {
     }
     fn state_bytes(&self) -> usize {
         self.placement.heap_bytes() + self.weights.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::RawRequest;
+
+    #[test]
+    fn a_decayed_history_weighs_every_window_by_its_age() {
+        // Six requests of two rows each; windows start at requests 2 and 4, so requests 0–1 are older than
+        // the first window and weigh what it weighs.
+        let raw = (0..6u64)
+            .map(|i| RawRequest { request_id: i, time: i as f64, row_ids: vec![2 * i, 2 * i + 1], table_ids: None })
+            .collect();
+        let s = Stream::from_raw(raw, 1).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = StrategyConfig { shards: 2, full_decay: 0.5, ..StrategyConfig::default() };
+        let (hg, params) = decayed_partition_input(&s, &[2, 4], 6, &cfg).unwrap_or_else(|e| panic!("{e}"));
+        let weights: Vec<u32> = (0..hg.n_nets()).map(|n| hg.net_weight(n)).collect();
+        assert_eq!(weights, [32_768, 32_768, 32_768, 32_768, 65_536, 65_536]);
+        assert_eq!(hg.n_vertices(), 12);
+        assert_eq!(params.caps, vec![Placement::new(2, cfg.epsilon).cap_for(12); 2]);
+        // A weight never rounds to 0 (a net of weight 0 would be dropped), however old its window.
+        let starts: Vec<usize> = (0..6).collect();
+        let cfg = StrategyConfig { full_decay: 0.01, ..cfg };
+        let (hg, _) = decayed_partition_input(&s, &starts, 6, &cfg).unwrap_or_else(|e| panic!("{e}"));
+        let weights: Vec<u32> = (0..hg.n_nets()).map(|n| hg.net_weight(n)).collect();
+        assert_eq!(weights, [1, 1, 1, 7, 655, 65_536]);
     }
 }

@@ -35,6 +35,11 @@ pub struct StrategyConfig {
     pub p_fanout: f64,
     /// Full re-partition period in windows (`full` strategy).
     pub full_every: usize,
+    /// Age decay of `full`'s history, per window, in (0, 1]: a request `a` windows older than the latest
+    /// weighs `full_decay^a` in the partition (1: all history undecayed). Reports written before this
+    /// setting existed read as 1.
+    #[serde(default = "full_decay_default")]
+    pub full_decay: f64,
     /// The paper's incremental data ratio α: fraction of the latest window's requests that the light
     /// incremental step partitions, in (0, 1].
     pub incr_ratio: f64,
@@ -79,6 +84,7 @@ impl Default for StrategyConfig {
             max_iters: 8,
             p_fanout: 0.5,
             full_every: 1,
+            full_decay: full_decay_default(),
             incr_ratio: 0.5,
             decay: 0.7,
             beta: 0.8,
@@ -96,6 +102,10 @@ impl Default for StrategyConfig {
 
 fn evict_cold_default() -> bool {
     true
+}
+
+fn full_decay_default() -> f64 {
+    1.0
 }
 
 fn global_windows_default() -> usize {
@@ -122,6 +132,9 @@ impl StrategyConfig {
         }
         if self.full_every == 0 {
             return bad("full_every", "0".into(), ">= 1");
+        }
+        if !(self.full_decay > 0.0 && self.full_decay <= 1.0) {
+            return bad("full_decay", self.full_decay.to_string(), "(0, 1]");
         }
         if !(self.incr_ratio > 0.0 && self.incr_ratio <= 1.0) {
             return bad("incr_ratio", self.incr_ratio.to_string(), "(0, 1]");

@@ -680,6 +680,16 @@ fn dynamic_dumps_the_hypergraphs_direct_and_full_partition() {
         bin().args(["dynamic", "--input"]).arg(&input).args(["--partitioner", "kahypar"]),
         &["partitioner", "kahypar", "multilevel, deep, flat"],
     );
+    // The dump holds the undecayed hypergraph of all history: a decayed `full` is refused, not written.
+    check_fails(
+        bin()
+            .args(["dynamic", "--input"])
+            .arg(&input)
+            .args(["--strategies", "full", "--full-decay", "0.7"])
+            .arg("--dump-dir")
+            .arg(&dump),
+        &["--full-decay = 0.7", "--dump-dir", "undecayed"],
+    );
     // The flat partitioner still runs every strategy.
     let (o, text) = run(bin().args(["dynamic", "--input"]).arg(&input).args([
         "--window-requests",
@@ -707,6 +717,10 @@ fn dynamic_refuses_bad_streams_and_parameters_by_name() {
     check_fails(
         bin().args(["dynamic", "--input"]).arg(&input).args(["--decay", "0"]).arg("--out").arg(&out),
         &["decay = 0", "(0, 1]"],
+    );
+    check_fails(
+        bin().args(["dynamic", "--input"]).arg(&input).args(["--full-decay", "1.5"]).arg("--out").arg(&out),
+        &["full_decay = 1.5", "(0, 1]"],
     );
     check_fails(
         bin().args(["dynamic", "--input"]).arg(&input).args(["--strategies", "alis,nope"]),
