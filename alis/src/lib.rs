@@ -50,7 +50,9 @@ pub use metrics::{LatencyModel, RunSummary, WindowMetrics};
 pub use partition::{Hypergraph, PARTITIONER_NAMES, PartitionParams, Partitioner, partition};
 pub use placement::{Placement, hash_shard};
 pub use replay::{ReplayConfig, ReplayResult, replay};
-pub use strategy::{STRATEGY_NAMES, Scope, Strategy, StrategyConfig, make_strategy, scope_partition_input};
+pub use strategy::{
+    STRATEGY_NAMES, Scope, Strategy, StrategyConfig, decayed_partition_input, make_strategy, scope_partition_input,
+};
 pub use stream::{RawRequest, Stream, parse_csv, parse_jsonl};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;

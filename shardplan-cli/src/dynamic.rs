@@ -423,12 +423,6 @@ fn dump(
     if args.dump_reps == 0 {
         bail!("invalid --dump-reps = 0 (allowed: >= 1)");
     }
-    if base.full_decay < 1.0 && scopes.iter().any(|&(name, _)| name == "full") {
-        bail!(
-            "invalid --full-decay = {} with --dump-dir (allowed: 1): the dump writes the undecayed hypergraph of all history",
-            base.full_decay
-        );
-    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, text: &str| shardplan_files::write_atomic(&dir.join(name), text.as_bytes());
     let mut streams = Vec::new();
@@ -460,9 +454,18 @@ fn dump(
         streams.push(DumpStream { seed, rows_file, windows: dumped_windows });
         // The last update is never scored (no window follows it).
         for (u, range) in windows.iter().enumerate().take(windows.len().saturating_sub(1)) {
+            // `full` with a decayed history weighs every window by its age (`alis::decayed_partition_input`).
+            let starts: Vec<usize> = windows[..=u].iter().map(|w| w.start).collect();
             for &(name, scope) in &scopes {
                 let cfg0 = StrategyConfig { seed, ..*base };
-                let (hg, _) = alis::scope_partition_input(stream, scope, range.clone(), &cfg0)?;
+                let input = |cfg: &StrategyConfig| {
+                    if scope == alis::Scope::All && cfg.full_decay < 1.0 {
+                        alis::decayed_partition_input(stream, &starts, range.end, cfg)
+                    } else {
+                        alis::scope_partition_input(stream, scope, range.clone(), cfg)
+                    }
+                };
+                let (hg, _) = input(&cfg0)?;
                 let file = if scope == alis::Scope::Latest {
                     format!("window-{seed}-{u:03}.hgr")
                 } else {
@@ -474,7 +477,7 @@ fn dump(
                 let mut ours = Vec::new();
                 for &shards in &args.shards {
                     let cfg = StrategyConfig { shards, ..cfg0 };
-                    let (hg, params) = alis::scope_partition_input(stream, scope, range.clone(), &cfg)?;
+                    let (hg, params) = input(&cfg)?;
                     let init = vec![alis::partition::UNASSIGNED; hg.n_vertices()];
                     let mut times = Vec::with_capacity(args.dump_reps);
                     let mut cpu_times = Vec::with_capacity(args.dump_reps);

@@ -122,8 +122,9 @@ const DECAYED_NET_SCALE: f64 = 65_536.0;
 /// [`requests_partition_input`]), each request weighted by its window's age: requests from `starts[i]` on
 /// (window starts in increasing order, the latest last) are `starts.len() − 1 − i` windows old, earlier ones
 /// as old as the first window. Weights are `⌊DECAYED_NET_SCALE · decay^age⌉ ≥ 1`; `decay^age` is computed by
-/// repeated multiplication, so the weights are the same on every target.
-fn decayed_partition_input(
+/// repeated multiplication, so the weights are the same on every target. What `full` with `full_decay < 1`
+/// partitions, and the comparison dump writes for it.
+pub fn decayed_partition_input(
     stream: &Stream,
     starts: &[usize],
     known_after: usize,

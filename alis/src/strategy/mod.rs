@@ -17,7 +17,7 @@ use crate::stream::Stream;
 use crate::weights::SparseWeights;
 use adaptive::AlisStrategy;
 use baselines::{FullStrategy, GreedyStrategy, HashStrategy, RangeStrategy};
-pub use baselines::{Scope, scope_partition_input};
+pub use baselines::{Scope, decayed_partition_input, scope_partition_input};
 
 /// Names of all strategies, in report order (the single registry the CLI reads).
 pub const STRATEGY_NAMES: [&str; 8] = ["hash", "range", "static", "direct", "full", "greedy", "alis-base", "alis"];

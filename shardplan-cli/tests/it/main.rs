@@ -680,16 +680,22 @@ fn dynamic_dumps_the_hypergraphs_direct_and_full_partition() {
         bin().args(["dynamic", "--input"]).arg(&input).args(["--partitioner", "kahypar"]),
         &["partitioner", "kahypar", "multilevel, deep, flat"],
     );
-    // The dump holds the undecayed hypergraph of all history: a decayed `full` is refused, not written.
-    check_fails(
-        bin()
-            .args(["dynamic", "--input"])
-            .arg(&input)
-            .args(["--strategies", "full", "--full-decay", "0.7"])
-            .arg("--dump-dir")
-            .arg(&dump),
-        &["--full-decay = 0.7", "--dump-dir", "undecayed"],
-    );
+    // A decayed `full` is dumped as it partitions: every request weighted by its window's age (the second
+    // scored update reads two windows, the older at 0.5 of the newer's 65,536).
+    let decayed = dir.join("decayed");
+    let (o, text) = run(bin()
+        .args(["dynamic", "--input"])
+        .arg(&input)
+        .args(["--window-requests", "10", "--shards", "2", "--seeds", "1", "--strategies", "full"])
+        .args(["--full-decay", "0.5", "--dump-reps", "1", "--dump-dir"])
+        .arg(&decayed));
+    assert!(o.status.success(), "{text}");
+    let hgr = std::fs::read_to_string(decayed.join("full-0-001.hgr")).unwrap();
+    let head: Vec<&str> = hgr.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(head.get(2), Some(&"1"), "weighted nets: {hgr}");
+    let weights: std::collections::BTreeSet<&str> =
+        hgr.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(weights.contains("65536") && weights.contains("32768"), "{weights:?}");
     // The flat partitioner still runs every strategy.
     let (o, text) = run(bin().args(["dynamic", "--input"]).arg(&input).args([
         "--window-requests",
