@@ -16,6 +16,7 @@ use std::time::Duration;
 use alis::{STRATEGY_NAMES, StrategyConfig, Stream, SyntheticParams};
 use alis_serve::bench::{self, BenchConfig, CellReport, Load};
 use alis_serve::server::{self, ServerConfig};
+use alis_serve::wire::MAX_DIM;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
@@ -254,8 +255,8 @@ fn main() -> ExitCode {
 }
 
 fn run_server(a: &ServerArgs) -> anyhow::Result<()> {
-    if !(1..=65_536).contains(&a.dim) {
-        bail!("invalid --dim = {} (allowed: 1..=65536)", a.dim);
+    if !(1..=MAX_DIM).contains(&a.dim) {
+        bail!("invalid --dim = {} (allowed: 1..={MAX_DIM})", a.dim);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async {
@@ -328,8 +329,8 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
     if let Some(&s) = a.shards.iter().find(|&&s| !(1..=MAX_SERVERS).contains(&s)) {
         bail!("invalid --shards entry {s} (allowed: 1..={MAX_SERVERS} server processes)");
     }
-    if !(1..=65_536).contains(&a.dim) {
-        bail!("invalid --dim = {} (allowed: 1..=65536)", a.dim);
+    if !(1..=MAX_DIM).contains(&a.dim) {
+        bail!("invalid --dim = {} (allowed: 1..={MAX_DIM})", a.dim);
     }
     if !(1..=4096).contains(&a.concurrency) {
         bail!("invalid --concurrency = {} (allowed: 1..=4096)", a.concurrency);

@@ -161,9 +161,22 @@ async fn write(shared: &Arc<Shared>, put: bool, epoch: u64, keys: Vec<Key>, valu
     .map_err(|e| format!("write task: {e}"))?
 }
 
+/// True when the answer to a `Lookup` or `Read` could not fit one frame: refused before `read_rows` reserves
+/// `keys · dim` values, which a small frame of repeated keys would otherwise turn into gigabytes.
+fn too_large_to_answer(req: &Request, dim: usize) -> bool {
+    let (Request::Lookup { keys, .. } | Request::Read { keys }) = req else { return false };
+    keys.len().saturating_mul(dim).saturating_mul(4) > wire::MAX_FRAME_BYTES
+}
+
 async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
     let dim = shared.dim;
     match req {
+        Request::Lookup { .. } | Request::Read { .. } if too_large_to_answer(&req, dim) => Response::Error {
+            message: format!(
+                "a read of more rows than one answer frame ({} bytes) holds at dim {dim}",
+                wire::MAX_FRAME_BYTES
+            ),
+        },
         Request::Lookup { epoch, keys } => {
             let (values, missing) = read_rows(shared, &keys);
             shared.lookups.fetch_add(1, Ordering::Relaxed);
@@ -276,4 +289,32 @@ async fn pull(shared: &Arc<Shared>, epoch: u64, source: &str, keys: Vec<Key>) ->
         }
     }
     if lacking.is_empty() { Response::Done { rows: copied } } else { Response::SourceMissing { copied, keys: lacking } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_whose_answer_cannot_fit_a_frame_is_refused_before_allocating() {
+        // 5 000 repeated keys are a 10 kB frame, but their answer at dim 4 096 would be 82 MB: more than a
+        // frame can carry, so it could never be sent, and `read_rows` would reserve it all first (a 64 MiB
+        // frame of repeated keys asks for gigabytes).
+        let dir = std::env::temp_dir().join(format!("alis-serve-server-big-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let cfg = ServerConfig { shard: 0, dir: dir.clone(), dim: 4096 };
+            let started = start(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
+            let keys = vec![(0u32, 0u64); 5000];
+            for req in [Request::Lookup { epoch: 0, keys: keys.clone() }, Request::Read { keys }] {
+                let resp = handle(&started.shared, req).await;
+                assert!(matches!(resp, Response::Error { .. }), "{:?}", std::mem::discriminant(&resp));
+            }
+            // A read that fits is answered as usual.
+            let resp = handle(&started.shared, Request::Read { keys: vec![(0, 0); 4] }).await;
+            assert_eq!(resp, Response::Rows { values: Vec::new(), missing: vec![0, 1, 2, 3] });
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

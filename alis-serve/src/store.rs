@@ -27,6 +27,8 @@ pub const LOG_NAME: &str = "shard.log";
 /// Largest record payload read back (a record is one batch of at most [`BATCH_ROWS`] rows; anything larger
 /// is damage, not data).
 const MAX_RECORD_BYTES: usize = 256 << 20;
+// Compaction writes records of BATCH_ROWS rows: at the largest dimension served they must stay readable.
+const _: () = assert!(BATCH_ROWS * (12 + 4 * crate::wire::MAX_DIM) + 13 <= MAX_RECORD_BYTES);
 
 /// A row held by a server: its values and the epoch of the write that put them here.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,10 +202,32 @@ impl Store {
     /// Appends `op` as one record and syncs it: when this returns, the batch survives a kill (and a power
     /// loss, as far as the disk honours fsync).
     pub fn append(&mut self, op: &Op<'_>) -> Result<(), Error> {
+        let (keys, values) = match *op {
+            Op::Put { keys, values, .. } => (keys.len(), values.len()),
+            Op::Delete { keys, .. } => (keys.len(), 0),
+        };
+        // Recovery takes a record over MAX_RECORD_BYTES for damage and drops it and every record after it, so
+        // such a record must be refused here rather than acknowledged (a delete of 64 MiB of repeated keys
+        // would be one).
+        if keys.saturating_mul(12).saturating_add(values.saturating_mul(4)).saturating_add(13) > MAX_RECORD_BYTES {
+            return Err(Error::Log {
+                path: self.path.clone(),
+                reason: format!("a batch of {keys} rows is larger than a record ({MAX_RECORD_BYTES} bytes)"),
+            });
+        }
         let mut buf = Vec::new();
         encode_record(op, &mut buf);
-        self.file.write_all(&buf).map_err(io("appending to", &self.path))?;
-        self.file.sync_data().map_err(io("syncing", &self.path))?;
+        let written = self
+            .file
+            .write_all(&buf)
+            .map_err(io("appending to", &self.path))
+            .and_then(|()| self.file.sync_data().map_err(io("syncing", &self.path)));
+        if let Err(e) = written {
+            // A record written in part (a full disk) must not stay: recovery stops at the first bad record, so
+            // every record acknowledged after it would be lost at the next start.
+            self.file.set_len(self.log_bytes).map_err(io("truncating a failed append to", &self.path))?;
+            return Err(e);
+        }
         self.log_bytes += buf.len() as u64;
         self.syncs += 1;
         Ok(())
@@ -398,6 +422,22 @@ mod tests {
         std::fs::write(&path, &flipped).unwrap_or_else(|e| panic!("{e}"));
         let (_, rec) = Store::open(&dir, 0, 4).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rec.rows, before);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn what_append_acknowledges_a_reopen_returns() {
+        // One row of 64 Mi values makes a record just over MAX_RECORD_BYTES: recovery would drop it (as a torn
+        // tail), so append must refuse it instead of acknowledging a row the next start loses.
+        let dir = tmp("huge");
+        let dim = MAX_RECORD_BYTES / 4;
+        let (mut s, _) = Store::open(&dir, 0, dim).unwrap_or_else(|e| panic!("{e}"));
+        let values = vec![0.0f32; dim];
+        let acked = s.append(&Op::Put { epoch: 0, keys: &[(0, 1)], values: &values }).is_ok();
+        drop(s);
+        let (_, rec) = Store::open(&dir, 0, dim).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rec.rows.len(), usize::from(acked), "acknowledged: {acked}, torn bytes: {}", rec.torn_bytes);
+        assert_eq!(rec.torn_bytes, 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -12,6 +12,10 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// Rows per batch in loads, migration copies, deletes and inventory pages: 4 096 rows of dimension 64 are
 /// 1 MiB of values, so one frame and one log record stay small while a migration needs few round trips.
 pub const BATCH_ROWS: usize = 4096;
+/// Largest dimension (values per row) served: a batch of [`BATCH_ROWS`] rows (their values, their keys of at
+/// most 15 bytes each as varints, and the envelope) must fit one frame, or a load or a migration copy could
+/// never be sent and would only be retried until the control limit.
+pub const MAX_DIM: usize = (MAX_FRAME_BYTES - BATCH_ROWS * 16 - 64) / (4 * BATCH_ROWS);
 
 /// A row of an embedding table: (table id, row id), the stream's own identifiers.
 pub type Key = (u32, u64);

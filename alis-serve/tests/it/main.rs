@@ -162,6 +162,11 @@ fn bad_flags_are_refused_by_name() {
     check(&["bench", "--synthetic", "--shards", "0"], "--shards entry 0");
     check(&["bench", "--synthetic", "--kill-prob", "1.5"], "--kill-prob = 1.5");
     check(&["bench", "--synthetic", "--dim", "0"], "--dim = 0");
+    // A dimension whose load batch cannot fit one frame is refused up front (it used to be accepted, and
+    // the load's call was then retried for two minutes and failed as "connection ... lost").
+    let small = ["--shards", "1", "--strategies", "hash", "--windows", "2", "--requests-per-window", "50"];
+    let small = [&small[..], &["--communities", "4", "--items-per-community", "100", "--synthetic"]].concat();
+    check(&[&["bench", "--dim", "65536"], &small[..]].concat(), "--dim = 65536");
     check(&["bench", "--synthetic", "--repeats", "0"], "--repeats = 0");
     check(&["bench", "--synthetic", "--rate=-3"], "--rate = -3");
     check(&["bench", "--synthetic", "--strategies", "nope"], "nope");
