@@ -114,7 +114,7 @@ pub(super) fn requests_partition_input(
 }
 
 /// Weight of a request of the latest window in a decayed history (`full_decay < 1`): older windows weigh
-/// `full_decay^age` of it, rounded, never below 1. Large enough that a weight rounds by less than 0.001% at
+/// `full_decay^age` of it, rounded, never below 1. Large enough that a weight rounds by less than 0.01% at
 /// a tenth of the latest window's, small enough that a million requests' weights sum far below `i64::MAX`.
 const DECAYED_NET_SCALE: f64 = 65_536.0;
 
@@ -123,7 +123,8 @@ const DECAYED_NET_SCALE: f64 = 65_536.0;
 /// (window starts in increasing order, the latest last) are `starts.len() − 1 − i` windows old, earlier ones
 /// as old as the first window. Weights are `⌊DECAYED_NET_SCALE · decay^age⌉ ≥ 1`; `decay^age` is computed by
 /// repeated multiplication, so the weights are the same on every target. What `full` with `full_decay < 1`
-/// partitions, and the comparison dump writes for it.
+/// partitions, and the comparison dump writes for it. Refuses `known_after` beyond the stream and `starts`
+/// that are not increasing or not before `known_after`.
 pub fn decayed_partition_input(
     stream: &Stream,
     starts: &[usize],
@@ -131,6 +132,20 @@ pub fn decayed_partition_input(
     cfg: &StrategyConfig,
 ) -> Result<(Hypergraph, PartitionParams), AlisError> {
     cfg.validate()?;
+    if known_after > stream.n_requests() {
+        return Err(AlisError::InvalidParam {
+            field: "known_after",
+            value: known_after.to_string(),
+            allowed: format!("0..={} (the stream's requests)", stream.n_requests()),
+        });
+    }
+    if let Some(i) = (0..starts.len()).find(|&i| starts[i] >= known_after || (i > 0 && starts[i] <= starts[i - 1])) {
+        return Err(AlisError::InvalidParam {
+            field: "starts",
+            value: format!("entry {i}: {}", starts[i]),
+            allowed: format!("increasing window starts below known_after = {known_after}"),
+        });
+    }
     let rows = stream.rows_known_after(known_after);
     let mut weights = Vec::with_capacity(starts.len());
     let mut w = DECAYED_NET_SCALE;
@@ -322,5 +337,13 @@ mod tests {
         let (hg, _) = decayed_partition_input(&s, &starts, 6, &cfg).unwrap_or_else(|e| panic!("{e}"));
         let weights: Vec<u32> = (0..hg.n_nets()).map(|n| hg.net_weight(n)).collect();
         assert_eq!(weights, [1, 1, 1, 7, 655, 65_536]);
+        // Windows out of order, or past the requests read, are refused by name.
+        let msg = |starts: &[usize], known_after| {
+            decayed_partition_input(&s, starts, known_after, &cfg).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let e = msg(&[4, 2], 6);
+        assert!(e.contains("starts") && e.contains("entry 1: 2"), "{e}");
+        assert!(msg(&[2, 6], 6).contains("entry 1: 6"));
+        assert!(msg(&[2], 7).contains("known_after = 7"));
     }
 }
