@@ -363,6 +363,9 @@ impl CostRecord {
         if self.protocol.rounds == 0 {
             return Err(Error::field(context, "protocol.rounds", 0, "a positive integer"));
         }
+        if self.protocol.reps == 0 {
+            return Err(Error::field(context, "protocol.reps", 0, "a positive integer"));
+        }
         let check_timings = |field: &str, t: &Timings| -> Result<()> {
             if t.reps_ms.len() != self.protocol.timed_runs() || t.reps_ms.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(Error::field(
@@ -744,6 +747,22 @@ mod tests {
         }
         let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single).unwrap_err().to_string();
         assert!(e.contains("fwd.median_ms"), "{e}");
+    }
+
+    #[test]
+    fn refuses_a_record_of_no_timed_runs() {
+        // `reps` 0 (of any rounds) asks for no runs: the median of none is NaN, so the median check
+        // cannot refuse whatever `median_ms` the record claims. It is refused by name instead.
+        let mut r = record(0, "a");
+        r.protocol.reps = 0;
+        r.protocol.rounds = 3;
+        if let Measurement::Compute { fwd, bwd, total, .. } = &mut r.measurement {
+            for t in [fwd, bwd, total] {
+                *t = Timings { reps_ms: Vec::new(), median_ms: 5.0 };
+            }
+        }
+        let e = parse_dataset("d", &lines(&[r]), HardwarePolicy::Single).unwrap_err().to_string();
+        assert!(e.contains("protocol.reps") && e.contains("line 1"), "{e}");
     }
 
     #[test]

@@ -217,6 +217,10 @@ impl CalibrateOptions {
         {
             bail!("--quiet-reference-ms = {q} is invalid: a positive time in ms");
         }
+        // `set_args` passes `--rounds` only above one: 0 would be timed as one round without a word.
+        if self.timing.set_rounds == 0 || self.timing.set_rounds > 100 {
+            bail!("--set-rounds = {} is invalid: use 1..=100 (shardplan-collect --rounds)", self.timing.set_rounds);
+        }
         if self.cells.is_empty() || self.planners.is_empty() {
             bail!("`--cells` and `--planners` must each name at least one");
         }

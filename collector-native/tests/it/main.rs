@@ -621,6 +621,15 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     let e = calibrate(&bad).unwrap_err().to_string();
     assert!(e.contains("--quiet-reference-ms = -1"), "{e}");
     assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
+    // So are zero set rounds (which would have been timed as one round without a word).
+    let bad = CalibrateOptions {
+        timing: CollectorTiming { set_rounds: 0, ..opts.timing },
+        out: out.with_extension("bad"),
+        ..opts.clone()
+    };
+    let e = calibrate(&bad).unwrap_err().to_string();
+    assert!(e.contains("--set-rounds = 0"), "{e}");
+    assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
     let reports = calibrate(&opts).unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[0].samples, 12);
