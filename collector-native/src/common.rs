@@ -40,7 +40,7 @@ pub fn install_stop_handler() -> Result<Arc<AtomicBool>> {
         if flag.swap(true, Ordering::SeqCst) {
             std::process::exit(EXIT_INTERRUPTED);
         }
-        eprintln!("\nstopping after the sample in flight (Ctrl-C again to abort now)");
+        eprintln!("\nstopping after the sample in flight; with --rounds, its group is measured again on --resume (Ctrl-C again to abort now)");
     })
     .context("installing the Ctrl-C handler")?;
     Ok(stop)
