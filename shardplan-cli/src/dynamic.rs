@@ -455,7 +455,8 @@ fn dump(
         // The last update is never scored (no window follows it).
         for (u, range) in windows.iter().enumerate().take(windows.len().saturating_sub(1)) {
             // `full` with a decayed history weighs every window by its age (`alis::decayed_partition_input`).
-            let starts: Vec<usize> = windows[..=u].iter().map(|w| w.start).collect();
+            let starts: Vec<usize> =
+                if base.full_decay < 1.0 { windows[..=u].iter().map(|w| w.start).collect() } else { Vec::new() };
             for &(name, scope) in &scopes {
                 let cfg0 = StrategyConfig { seed, ..*base };
                 let input = |cfg: &StrategyConfig| {

@@ -109,8 +109,13 @@ pub(super) fn requests_partition_input(
     cfg.validate()?;
     let rows = stream.rows_known_after(known_after);
     let hg = Hypergraph::new(rows, read.map(|i| stream.request(i)))?;
+    Ok((hg, capped_params(cfg, rows)))
+}
+
+/// The partition settings of a fresh partition of `rows` rows: every shard capped at `⌈(1+ε)·rows/S⌉`.
+fn capped_params(cfg: &StrategyConfig, rows: usize) -> PartitionParams {
     let cap = Placement::new(cfg.shards, cfg.epsilon).cap_for(rows);
-    Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))
+    cfg.partition_params(vec![cap; cfg.shards])
 }
 
 /// Weight of a request of the latest window in a decayed history (`full_decay < 1`): older windows weigh
@@ -160,8 +165,7 @@ pub fn decayed_partition_input(
         j => weights[j - 1],
     };
     let hg = Hypergraph::with_weights(rows, (0..known_after).map(|i| (stream.request(i), weight_of(i))))?;
-    let cap = Placement::new(cfg.shards, cfg.epsilon).cap_for(rows);
-    Ok((hg, cfg.partition_params(vec![cap; cfg.shards])))
+    Ok((hg, capped_params(cfg, rows)))
 }
 
 /// Partitions of all known rows from scratch: static one-shot, direct (latest window) or periodic full
