@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use planner_core::dataset::{
-    CostRecord, DATASET_SCHEMA, Measurement, Protocol, RunInfo, TableRecord, Timings, fnv1a64,
+    CostRecord, DATASET_SCHEMA, MAX_RUN_SAMPLES, Measurement, Protocol, RunInfo, TableRecord, Timings, fnv1a64,
 };
 use planner_core::features::FeatureSchema;
 use planner_core::pool::dlrm_pool;
@@ -112,8 +112,8 @@ pub struct CollectArgs {
 
 /// Refuses sample counts, batch sizes and repetitions out of range.
 pub fn validate_common(c: &CollectArgs) -> Result<()> {
-    if c.samples == 0 {
-        bail!("--samples = 0 is invalid: measure at least 1 sample");
+    if c.samples == 0 || c.samples > MAX_RUN_SAMPLES {
+        bail!("--samples = {} is invalid: use 1..={MAX_RUN_SAMPLES}", c.samples);
     }
     validate_run(&c.run)
 }

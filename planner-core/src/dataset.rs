@@ -23,6 +23,11 @@ use crate::table::{ElementType, TableInput, TableSpec};
 /// Schema tag of every dataset record.
 pub const DATASET_SCHEMA: &str = "shardplan.costs/v1";
 
+/// The most samples one collection run may ask for: ten million, weeks of timing on any backend.
+/// A run lists the indices it still owes before its first sample, so a larger count would be an
+/// allocation the size of the count (`--samples 1e12`: 8 TB) rather than a run.
+pub const MAX_RUN_SAMPLES: u64 = 10_000_000;
+
 /// Which backend measured a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -235,6 +235,14 @@ impl CalibrateOptions {
                 self.initial_samples
             );
         }
+        let most = planner_core::dataset::MAX_RUN_SAMPLES;
+        if self.initial_samples > most || self.comm_samples > most {
+            bail!(
+                "`--initial-samples` = {} and `--comm-samples` = {} are invalid: each at most {most} (shardplan-collect --samples)",
+                self.initial_samples,
+                self.comm_samples
+            );
+        }
         if let Some(p) = &self.comm_preset {
             planner_core::cost::HardwareProfile::builtin(p).context("`--comm-from-preset`")?;
         }

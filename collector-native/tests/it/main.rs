@@ -512,6 +512,7 @@ fn bad_inputs_are_refused_with_the_field_and_value() {
     check(&["--backend", "gpu", "probe"], &["gpu", "--backend", "cpu, cuda"]);
     check(&["compute", "--samples", "1", "--out", o, "--shard", "2/2"], &["--shard", "\"2/2\""]);
     check(&["compute", "--samples", "0", "--out", o], &["--samples = 0"]);
+    check(&["compute", "--samples", "10000001", "--out", o], &["--samples = 10000001", "1..=10000000"]);
     check(
         &["--guard-quiet-reference-ms=-3", "compute", "--samples", "1", "--out", o],
         &["--guard-quiet-reference-ms = -3"],
@@ -629,6 +630,11 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     };
     let e = calibrate(&bad).unwrap_err().to_string();
     assert!(e.contains("--set-rounds = 0"), "{e}");
+    assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
+    // And a sample count the collector would refuse only after the loop's directory exists.
+    let bad = CalibrateOptions { initial_samples: 10_000_001, out: out.with_extension("bad"), ..opts.clone() };
+    let e = calibrate(&bad).unwrap_err().to_string();
+    assert!(e.contains("`--initial-samples` = 10000001"), "{e}");
     assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
     let reports = calibrate(&opts).unwrap();
     assert_eq!(reports.len(), 2);
