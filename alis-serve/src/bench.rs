@@ -33,7 +33,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Servers};
-use crate::wire::{BATCH_ROWS, Key, Request, Response, fill_row, row_matches, values_hash};
+use crate::wire::{BATCH_ROWS, Key, MIGRATION_CALL_ROWS, Request, Response, fill_row, row_matches, values_hash};
 
 /// Time limit of one lookup or control call before it is retried.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -84,6 +84,9 @@ pub struct BenchConfig {
     pub request_limit: Duration,
     /// A deliberate protocol fault, so that tests can show the checks catch one (the binary never sets it).
     pub fault: Option<Fault>,
+    /// Rows per migration call, 1..=[`MIGRATION_CALL_ROWS`] (the binary uses the largest; tests use fewer
+    /// so that a small stream's migrations span many calls).
+    pub migration_call_rows: usize,
 }
 
 /// A deliberate break of the migration protocol.
@@ -160,6 +163,10 @@ pub struct CellReport {
     /// Lookups routed by an epoch older than a delete their server had applied (servers' counters since
     /// their last start).
     pub stale_lookups: u64,
+    /// Copy batches refused because a newer migration had begun at their server: a copy whose caller timed
+    /// out and asked again, still writing (servers' counters since their last start).
+    #[serde(default)]
+    pub stale_copies: u64,
     /// Servers killed mid-migration.
     pub kills: u64,
     /// Kills per phase, in [`PHASES`] order.
@@ -330,6 +337,25 @@ impl Router {
             }
         }
     }
+
+    /// `keys` in calls of at most `call_rows` rows, one after the other, each a [`Router::control`] call;
+    /// the answers in order, and whether any call failed before it succeeded.
+    async fn control_chunks(
+        &self,
+        shard: usize,
+        keys: &[Key],
+        call_rows: usize,
+        make: impl Fn(&[Key]) -> Request,
+    ) -> anyhow::Result<(Vec<Response>, bool)> {
+        let mut out = Vec::with_capacity(keys.len().div_ceil(call_rows));
+        let mut failed = false;
+        for chunk in keys.chunks(call_rows) {
+            let (r, f) = self.control(shard, || make(chunk)).await?;
+            out.push(r);
+            failed |= f;
+        }
+        Ok((out, failed))
+    }
 }
 
 /// A planned kill: the step of a migration at which it happens, the server, and the delay after the step
@@ -436,6 +462,7 @@ struct Controller {
     shards: usize,
     kill_prob: f64,
     fault: Option<Fault>,
+    call_rows: usize,
     rng: ChaCha8Rng,
     out: ControllerOut,
 }
@@ -458,6 +485,7 @@ impl Controller {
         self.out.migrated.push(moved);
         let started = Instant::now();
         let skip_copy = self.fault == Some(Fault::SkipCopy);
+        let call_rows = self.call_rows;
         let pairs: Vec<(usize, usize)> = (0..s_count)
             .flat_map(|d| (0..s_count).map(move |s| (d, s)))
             .filter(|&(d, s)| !moves[d][s].is_empty() && !skip_copy)
@@ -499,10 +527,10 @@ impl Controller {
                 let plan = kill.filter(|p| p.phase == 0 && p.step == k);
                 let killer = &killer;
                 async move {
-                    let pull = router.control(d, || Request::Pull {
+                    let pull = router.control_chunks(d, keys, call_rows, |chunk| Request::Pull {
                         epoch,
                         source: router.servers.addr(s).to_string(),
-                        keys: keys.clone(),
+                        keys: chunk.to_vec(),
                     });
                     match plan {
                         Some(p) => {
@@ -518,14 +546,16 @@ impl Controller {
         });
         let mut interrupted = false;
         for (k, r) in copy.into_iter().enumerate() {
-            let (resp, failed) = r?;
+            let (resps, failed) = r?;
             if kill.is_some_and(|p| p.phase == 0 && p.step == k) {
                 interrupted |= failed;
             }
-            match resp {
-                Response::Done { .. } => {}
-                Response::SourceMissing { keys, .. } => self.out.source_missing += keys.len() as u64,
-                other => bail!("server {} answered a pull with {other:?}", pairs[k].0),
+            for resp in resps {
+                match resp {
+                    Response::Done { .. } => {}
+                    Response::SourceMissing { keys, .. } => self.out.source_missing += keys.len() as u64,
+                    other => bail!("server {} answered a pull with {other:?}", pairs[k].0),
+                }
             }
         }
 
@@ -557,7 +587,8 @@ impl Controller {
                 let plan = kill.filter(|p| p.phase == 3 && p.step == k);
                 let killer = &killer;
                 async move {
-                    let del = router.control(s, || Request::Delete { epoch, keys: keys.clone() });
+                    let del = router
+                        .control_chunks(s, &keys, call_rows, |chunk| Request::Delete { epoch, keys: chunk.to_vec() });
                     match plan {
                         Some(p) => {
                             let (r, k) = tokio::join!(del, killer(p));
@@ -571,11 +602,11 @@ impl Controller {
             join_all(calls).await
         });
         for (k, r) in deletes.into_iter().enumerate() {
-            let (resp, failed) = r?;
+            let (resps, failed) = r?;
             if kill.is_some_and(|p| p.phase == 3 && p.step == k) {
                 interrupted |= failed;
             }
-            if !matches!(resp, Response::Done { .. }) {
+            if let Some(resp) = resps.iter().find(|r| !matches!(r, Response::Done { .. })) {
                 bail!("server {} answered a delete with {resp:?}", sources[k]);
             }
         }
@@ -619,6 +650,9 @@ pub async fn run(
             bench.window_requests,
             stream.n_requests()
         );
+    }
+    if !(1..=MIGRATION_CALL_ROWS).contains(&bench.migration_call_rows) {
+        bail!("migration_call_rows = {} is invalid: use 1..={MIGRATION_CALL_ROWS}", bench.migration_call_rows);
     }
     if bench.data_dir.exists() {
         bail!("data directory {} exists already (choose another --data-dir or remove it)", bench.data_dir.display());
@@ -692,6 +726,7 @@ async fn run_on(
         let windows = windows.to_vec();
         let kill_prob = bench.kill_prob;
         let fault = bench.fault;
+        let call_rows = bench.migration_call_rows;
         std::thread::Builder::new()
             .name("controller".into())
             .spawn(move || -> anyhow::Result<ControllerOut> {
@@ -703,6 +738,7 @@ async fn run_on(
                     shards,
                     kill_prob,
                     fault,
+                    call_rows,
                     rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x6B69_6C6C),
                     out: ControllerOut::default(),
                 };
@@ -824,10 +860,11 @@ async fn run_on(
     // Final check and the servers' counters.
     let mut checks = out.checks;
     checks.add(check(&router).await?);
-    let mut stale = 0;
+    let (mut stale, mut stale_copies) = (0, 0);
     for s in 0..shards {
         if let (Response::Pong(st), _) = router.control(s, || Request::Ping).await? {
             stale += st.stale_lookups;
+            stale_copies += st.stale_copies;
         }
     }
 
@@ -872,6 +909,7 @@ async fn run_on(
         retries: router.counters.retries.load(Ordering::Relaxed),
         failed_requests: router.counters.failed.load(Ordering::Relaxed),
         stale_lookups: stale,
+        stale_copies,
         kills: out.kills,
         kills_by_phase: out.kills_by_phase,
         kills_interrupting: out.kills_interrupting,

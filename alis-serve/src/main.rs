@@ -448,6 +448,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
                         kill_prob: a.kill_prob,
                         request_limit: Duration::from_secs_f64(a.request_limit_s),
                         fault: None,
+                        migration_call_rows: alis_serve::wire::MIGRATION_CALL_ROWS,
                     };
                     let mut r = rt
                         .block_on(bench::run(stream.clone(), p, cfg, &bc))

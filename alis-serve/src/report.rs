@@ -192,6 +192,7 @@ mod tests {
             retries: 0,
             failed_requests: 0,
             stale_lookups: 0,
+            stale_copies: 0,
             kills: 0,
             kills_by_phase: [0; 4],
             kills_interrupting: 0,

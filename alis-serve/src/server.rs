@@ -43,6 +43,12 @@ struct Shared {
     lookup_misses: AtomicU64,
     stale_lookups: AtomicU64,
     newest_delete_epoch: AtomicU64,
+    /// The newest epoch of a copy or delete this server was asked for. The router starts migration e + 1
+    /// only once every copy of e has answered, so a copy of an older epoch still writing is one whose caller
+    /// timed out and asked again; its late rows are refused (a later migration may have moved them away and
+    /// deleted them here, and the late write would bring them back where no routing points).
+    newest_migration_epoch: AtomicU64,
+    stale_copies: AtomicU64,
     torn_bytes: u64,
 }
 
@@ -83,6 +89,8 @@ pub async fn start(cfg: &ServerConfig) -> Result<Started, Error> {
         lookup_misses: AtomicU64::new(0),
         stale_lookups: AtomicU64::new(0),
         newest_delete_epoch: AtomicU64::new(0),
+        newest_migration_epoch: AtomicU64::new(0),
+        stale_copies: AtomicU64::new(0),
         torn_bytes: rec.torn_bytes,
     });
     Ok(Started { addr, rows, torn_bytes: rec.torn_bytes, listener, shared })
@@ -145,12 +153,20 @@ fn read_rows(shared: &Shared, keys: &[Key]) -> (Vec<f32>, Vec<u32>) {
     (values, missing)
 }
 
-/// Logs, syncs and then applies one batch (on the blocking pool); returns the rows changed.
+/// Logs, syncs and then applies one batch (on the blocking pool); returns the rows changed. A put of an
+/// epoch older than the newest copy or delete asked of this server is refused (counted as a stale copy):
+/// the check runs under the store's lock, and a migration's epoch is recorded before its write takes the
+/// lock, so a stale put is either logged before that write (and a delete then removes it) or refused.
 async fn write(shared: &Arc<Shared>, put: bool, epoch: u64, keys: Vec<Key>, values: Vec<f32>) -> Result<u64, String> {
     let s = shared.clone();
     tokio::task::spawn_blocking(move || {
         let op = if put { Op::Put { epoch, keys: &keys, values: &values } } else { Op::Delete { epoch, keys: &keys } };
         let mut st = s.store.lock().unwrap_or_else(PoisonError::into_inner);
+        let newest = s.newest_migration_epoch.load(Ordering::Acquire);
+        if put && epoch < newest {
+            s.stale_copies.fetch_add(1, Ordering::Relaxed);
+            return Err(format!("a copy for epoch {epoch} after epoch {newest} began: stale, not written"));
+        }
         st.append(&op).map_err(|e| e.to_string())?;
         let mut rows = s.rows.write().unwrap_or_else(PoisonError::into_inner);
         let changed = store::apply(&mut rows, &op, s.dim);
@@ -207,14 +223,20 @@ async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
                 Err(message) => Response::Error { message },
             }
         }
-        Request::Pull { epoch, source, keys } => pull(shared, epoch, &source, keys).await,
-        Request::Delete { epoch, keys } => match write(shared, false, epoch, keys, Vec::new()).await {
-            Ok(rows) => {
-                shared.newest_delete_epoch.fetch_max(epoch, Ordering::AcqRel);
-                Response::Done { rows }
+        Request::Pull { epoch, source, keys } => {
+            shared.newest_migration_epoch.fetch_max(epoch, Ordering::AcqRel);
+            pull(shared, epoch, &source, keys).await
+        }
+        Request::Delete { epoch, keys } => {
+            shared.newest_migration_epoch.fetch_max(epoch, Ordering::AcqRel);
+            match write(shared, false, epoch, keys, Vec::new()).await {
+                Ok(rows) => {
+                    shared.newest_delete_epoch.fetch_max(epoch, Ordering::AcqRel);
+                    Response::Done { rows }
+                }
+                Err(message) => Response::Error { message },
             }
-            Err(message) => Response::Error { message },
-        },
+        }
         Request::Inventory { after, limit } => {
             let rows = shared.rows.read().unwrap_or_else(PoisonError::into_inner);
             let range = match after {
@@ -239,6 +261,7 @@ async fn handle(shared: &Arc<Shared>, req: Request) -> Response {
                 lookups: shared.lookups.load(Ordering::Relaxed),
                 lookup_misses: shared.lookup_misses.load(Ordering::Relaxed),
                 stale_lookups: shared.stale_lookups.load(Ordering::Relaxed),
+                stale_copies: shared.stale_copies.load(Ordering::Relaxed),
                 log_bytes,
                 syncs,
                 torn_bytes: shared.torn_bytes,
@@ -314,6 +337,37 @@ mod tests {
             // A read that fits is answered as usual.
             let resp = handle(&started.shared, Request::Read { keys: vec![(0, 0); 4] }).await;
             assert_eq!(resp, Response::Rows { values: Vec::new(), missing: vec![0, 1, 2, 3] });
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_copy_still_writing_after_a_newer_migration_began_is_refused() {
+        // A pull whose caller timed out and asked again keeps running; if it writes a row after the next
+        // migration moved that row away and deleted it here, the row would be held where no routing points.
+        let dir = std::env::temp_dir().join(format!("alis-serve-server-stale-copy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let cfg = ServerConfig { shard: 0, dir: dir.clone(), dim: 2 };
+            let started = start(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
+            let sh = &started.shared;
+            let key = (0u32, 7u64);
+            let mut values = Vec::new();
+            wire::fill_row(key, 2, &mut values);
+            // Copied for epoch 2, then moved away and deleted by the migration to epoch 3.
+            assert_eq!(write(sh, true, 2, vec![key], values.clone()).await, Ok(1));
+            let del = handle(sh, Request::Delete { epoch: 3, keys: vec![key] }).await;
+            assert_eq!(del, Response::Done { rows: 1 });
+            // The late batch of the epoch-2 copy is refused and counted; the row stays gone.
+            let late = write(sh, true, 2, vec![key], values.clone()).await;
+            assert!(late.as_ref().is_err_and(|m| m.contains("epoch 2 after epoch 3")), "{late:?}");
+            let read = handle(sh, Request::Read { keys: vec![key] }).await;
+            assert_eq!(read, Response::Rows { values: Vec::new(), missing: vec![0] });
+            let Response::Pong(st) = handle(sh, Request::Ping).await else { panic!("no pong") };
+            assert_eq!((st.rows, st.stale_copies), (0, 1));
+            // A copy of the current epoch (the row coming back) is written as usual.
+            assert_eq!(write(sh, true, 3, vec![key], values).await, Ok(1));
         });
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -12,6 +12,10 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// Rows per batch in loads, migration copies, deletes and inventory pages: 4 096 rows of dimension 64 are
 /// 1 MiB of values, so one frame and one log record stay small while a migration needs few round trips.
 pub const BATCH_ROWS: usize = 4096;
+/// Rows per migration call (a pull or a delete): a migration moving more rows from one server sends
+/// several calls in turn, so each request frame stays near 1 MiB of keys whatever the migration's size,
+/// and each call's copying (16 batches) finishes well within a call's time limit.
+pub const MIGRATION_CALL_ROWS: usize = 16 * BATCH_ROWS;
 /// Largest dimension (values per row) served: a batch of [`BATCH_ROWS`] rows (their values, their keys of at
 /// most 15 bytes each as varints, and the envelope) must fit one frame, or a load or a migration copy could
 /// never be sent and would only be retried until the control limit.
@@ -135,6 +139,9 @@ pub struct ServerStats {
     /// Lookups routed by an epoch older than the newest delete applied here (the router must drain every
     /// reader of an epoch before it deletes what that epoch's successor moved away).
     pub stale_lookups: u64,
+    /// Batches of a copy refused because a newer migration had begun here (a copy whose caller timed out
+    /// and asked again, still running): never written, so never a stray row.
+    pub stale_copies: u64,
     /// Bytes of the log file.
     pub log_bytes: u64,
     /// Log records written and synced.

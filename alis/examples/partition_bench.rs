@@ -3,11 +3,11 @@
 //! Mt-KaHyPar's results of `tools/alis_kahypar.py --out` on the same folder, the km1 gap and the time ratio.
 //!
 //! ```sh
-//! cargo run --release -p alis --example partition_bench -- out/dump-ml [out/mtk-ml.json] [--reps 3] [--scope direct|full] [--shards S] [--partitioner multilevel|deep]
+//! cargo run --release -p alis --example partition_bench -- out/dump-ml [out/mtk-ml.json] [--reps 3] [--scope direct|full] [--shards S] [--partitioner multilevel|deep] [--each]
 //! ```
 //!
 //! Each hypergraph is partitioned `--reps` times from the same seed (the replay's: the stream's seed) and
-//! the median time is kept, as `--dump-dir` does. Wall time of one thread: run it on a quiet machine.
+//! the median time is kept, as `--dump-dir` does. `--each` prints every hypergraph's km1 and gap to stderr. Wall time of one thread: run it on a quiet machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,8 +78,9 @@ fn main() -> Res<()> {
     let only_scope = take("--scope")?;
     let only_shards: Option<usize> = take("--shards")?.map(|v| v.parse()).transpose()?;
     let partitioner: Partitioner = take("--partitioner")?.map_or(Ok(Partitioner::Multilevel), |v| v.parse())?;
+    let each = args.iter().position(|a| a == "--each").map(|i| args.remove(i)).is_some();
     let dir = PathBuf::from(args.first().ok_or(
-        "usage: partition_bench DUMP_DIR [MTK.json] [--reps N] [--scope direct|full] [--shards S] [--partitioner P]",
+        "usage: partition_bench DUMP_DIR [MTK.json] [--reps N] [--scope direct|full] [--shards S] [--partitioner P] [--each]",
     )?);
     let manifest: Value = serde_json::from_str(&read(&dir.join("manifest.json"))?)?;
     let mut mtk: BTreeMap<(String, u64, u64, u64), (f64, f64)> = BTreeMap::new();
@@ -129,6 +130,13 @@ fn main() -> Res<()> {
             let ours = km1(&hg, &part) as f64;
             let (theirs, their_ms) =
                 mtk.get(&(scope.clone(), seed, update, shards as u64)).copied().unwrap_or((f64::NAN, f64::NAN));
+            if each {
+                eprintln!(
+                    "{scope} seed {seed} update {update} S {shards}: rows {n} nets {} km1 {ours:.0} Mt-KaHyPar {theirs:.0} gap {:+.1}%",
+                    nets.len(),
+                    100.0 * (ours / theirs - 1.0)
+                );
+            }
             let s = sums.entry((scope.clone(), shards)).or_default();
             s.km1 += ours;
             s.mtk_km1 += theirs;

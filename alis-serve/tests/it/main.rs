@@ -43,6 +43,7 @@ fn config(kill_prob: f64, load: Load, name: &str) -> BenchConfig {
         kill_prob,
         request_limit: Duration::from_mins(1),
         fault: None,
+        migration_call_rows: alis_serve::wire::MIGRATION_CALL_ROWS,
     }
 }
 
@@ -120,8 +121,12 @@ fn a_server_killed_mid_migration_loses_no_row() {
     // Every migration that moves rows gets a server SIGKILLed at a random step (copy, switch, drain or
     // delete) and restarted on its log; requests to it are retried while it is down. After each such
     // migration and at the end, every server's inventory must match the routing exactly.
-    let r = run("alis", 4, 1.0, Load::Closed { concurrency: 8 }, "kill");
+    // Migration calls of 32 rows, so that a migration of hundreds of rows is a sequence of calls per
+    // server (as a migration of millions is at the binary's call size) and kills land between and inside them.
+    let bc = BenchConfig { migration_call_rows: 32, ..config(1.0, Load::Closed { concurrency: 8 }, "kill") };
+    let r = run_with("alis", 4, &bc);
     assert_clean(&r);
+    assert_eq!(r.migrated_rows, replay_migrations("alis", 4), "every moved row moved, call by call");
     assert_eq!(r.requests, 1800);
     let moving = r.migrated_rows.iter().filter(|&&m| m > 0).count() as u64;
     assert_eq!(r.kills, moving, "one kill per migration that moved rows");
@@ -129,6 +134,19 @@ fn a_server_killed_mid_migration_loses_no_row() {
     assert_eq!(r.kills_by_phase.iter().sum::<u64>(), r.kills);
     assert_eq!(r.checks, r.kills + 1, "a check after every kill and one at the end");
     eprintln!("{r:?}");
+}
+
+#[test]
+fn a_migration_call_size_out_of_range_is_refused() {
+    for rows in [0, alis_serve::wire::MIGRATION_CALL_ROWS + 1] {
+        let bc = BenchConfig { migration_call_rows: rows, ..config(0.0, Load::Closed { concurrency: 1 }, "call-rows") };
+        let (s, _) = stream();
+        let cfg = StrategyConfig { shards: 2, seed: 1, ..StrategyConfig::default() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+        let e = rt.block_on(bench::run(Arc::new(s), "hash", cfg, &bc)).expect_err("refused");
+        assert!(e.to_string().contains(&format!("migration_call_rows = {rows}")), "{e}");
+        assert!(!bc.data_dir.exists(), "refused before any server started");
+    }
 }
 
 #[test]
