@@ -63,6 +63,7 @@ struct ServerArgs {
 }
 
 /// Arguments of `shardplan-serve bench`.
+#[allow(clippy::struct_excessive_bools, reason = "independent command-line switches, one field each")]
 #[derive(Debug, Clone, clap::Args)]
 struct BenchArgs {
     /// Request stream file: JSON Lines (`.jsonl`/`.json`/`.ndjson`) or CSV (`.csv`), as `shardplan dynamic`.
@@ -167,6 +168,9 @@ struct BenchArgs {
     /// ALIS: keep rows the window does not touch where they are.
     #[arg(long)]
     keep_cold: bool,
+    /// ALIS: end the aggregate step with label propagation from the voted placement.
+    #[arg(long)]
+    polish: bool,
     /// The partitioner of `static`, `direct`, `full` and ALIS's light incremental step: `multilevel` or `flat`.
     #[arg(long, default_value = "multilevel")]
     partitioner: String,
@@ -368,6 +372,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         global_windows: a.global_windows,
         top_k: a.top_k,
         evict_cold: !a.keep_cold,
+        polish: a.polish,
         partitioner: a.partitioner.parse().context("checking --partitioner")?,
         seed: a.seed_base,
     };

@@ -120,6 +120,18 @@ impl Placement {
         self.shard = assign;
     }
 
+    /// Moves each of `rows` to its shard in `shards`, all loads updated together (so a row may enter a shard
+    /// that another row of the list leaves). The caller keeps the cap (a result computed within it).
+    pub(crate) fn reassign(&mut self, rows: &[u32], shards: &[u16]) {
+        for &r in rows {
+            self.load[self.shard[r as usize] as usize] -= 1;
+        }
+        for (&r, &s) in rows.iter().zip(shards) {
+            self.shard[r as usize] = s;
+            self.load[s as usize] += 1;
+        }
+    }
+
     /// Takes `counts[s]` rows of every shard `s` out of its load without moving them, so that the rows placed
     /// next may use their room. [`Placement::take_back`] must follow.
     pub fn set_aside(&mut self, counts: &[usize]) {

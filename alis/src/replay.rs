@@ -128,7 +128,8 @@ mod tests {
             // ALIS also with its global step, on its last windows and on all history.
             let global = |global_windows| StrategyConfig { global_every: 2, global_windows, ..cfg(shards, 1) };
             let cases = STRATEGY_NAMES.map(|name| (name, cfg(shards, 1))).into_iter();
-            for (name, c) in cases.chain([("alis", global(3)), ("alis-base", global(0))]) {
+            let polished = ("alis", StrategyConfig { polish: true, ..cfg(shards, 1) });
+            for (name, c) in cases.chain([("alis", global(3)), ("alis-base", global(0)), polished]) {
                 let mut strategy = make_strategy(name, &c).unwrap_or_else(|e| panic!("{e}"));
                 for w in s.windows(rc.window_requests).unwrap_or_else(|e| panic!("{e}")) {
                     let end = w.end;
@@ -307,6 +308,25 @@ mod tests {
         let a = replay(&s, "alis", &StrategyConfig { shards: 8, ..light }, &rc, &mut || 0.0).unwrap();
         let b = replay(&s, "alis", &StrategyConfig { shards: 8, ..off }, &rc, &mut || 0.0).unwrap();
         assert_eq!(a.windows, b.windows);
+    }
+
+    #[test]
+    fn a_polish_lowers_alis_fanout_and_leaves_alis_base_alone() {
+        // The polish moves rows the vote left where the light step's requests would gather them: over a
+        // drifting stream ALIS's fanout drops. `alis-base` has no vote, so the setting changes nothing there.
+        let (s, rc) = small(6);
+        for shards in [4usize, 8] {
+            let on = StrategyConfig { polish: true, ..cfg(shards, 1) };
+            let run = |name: &str, c: &StrategyConfig| replay(&s, name, c, &rc, &mut || 0.0).unwrap();
+            assert_eq!(run("alis-base", &on).windows, run("alis-base", &cfg(shards, 1)).windows, "S={shards}");
+            let (plain, polished) = (run("alis", &cfg(shards, 1)).summary, run("alis", &on).summary);
+            assert!(
+                polished.mean_fanout < plain.mean_fanout,
+                "S={shards}: polished {} not below {}",
+                polished.mean_fanout,
+                plain.mean_fanout
+            );
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 
 /// Arguments of `shardplan dynamic`.
+#[allow(clippy::struct_excessive_bools, reason = "independent command-line switches, one field each")]
 #[derive(Debug, Clone, clap::Args)]
 pub struct DynamicArgs {
     /// Request stream file: JSON Lines (`.jsonl`/`.json`) or CSV (`.csv`); see docs/ALIS.md.
@@ -93,6 +94,10 @@ pub struct DynamicArgs {
     /// window's rows and move off overflowing shards, least recently touched first).
     #[arg(long)]
     pub keep_cold: bool,
+    /// ALIS: end the aggregate step with label propagation over the light step's hypergraph from the voted
+    /// placement (docs/ALIS.md, "Polishing the vote"); no effect on `alis-base`.
+    #[arg(long)]
+    pub polish: bool,
     /// Bytes per embedding row (dimension · 4).
     #[arg(long, default_value_t = 64.0)]
     pub row_bytes: f64,
@@ -206,6 +211,7 @@ pub fn run(args: &DynamicArgs) -> anyhow::Result<()> {
         global_windows: args.global_windows,
         top_k: args.top_k,
         evict_cold: !args.keep_cold,
+        polish: args.polish,
         partitioner: args.partitioner.parse().context("checking --partitioner")?,
         seed: args.seed_base,
     };

@@ -285,7 +285,7 @@ pub fn partition<R: Rng>(
     Ok(match params.partitioner {
         Partitioner::Flat => flat::partition(hg, init, params, rng),
         Partitioner::Multilevel | Partitioner::Deep => {
-            (partition_multilevel(hg, init, params, false, rng), PartitionStats::default())
+            (partition_multilevel(hg, init, params, Start::Fresh, rng), PartitionStats::default())
         }
     })
 }
@@ -308,7 +308,7 @@ pub fn vcycle<R: Rng>(
     if params.partitioner == Partitioner::Flat {
         return partition(hg, init, params, rng);
     }
-    let part = partition_multilevel(hg, init, params, true, rng);
+    let part = partition_multilevel(hg, init, params, Start::VCycle, rng);
     let mut load = vec![0usize; params.shards];
     for &s in init {
         load[s as usize] += 1;
@@ -336,6 +336,37 @@ fn check_init(init: &[u16], shards: usize, complete: bool) -> Result<(), AlisErr
     }
 }
 
+/// Polishes a complete placement `init` (every vertex on a shard) of `hg` at the finest level only: rounds of
+/// label propagation (boundary vertices in random order to the shard with room where they gain, as in the
+/// multilevel refinement), no coarsening and no FM: a vertex moves only where it lowers [`km1`] by itself
+/// (or, at no loss, gathers a net's pins). Rebalances first if a shard is over its cap. Cheaper and gentler than
+/// [`vcycle`]: what ALIS's aggregate step ends with under `polish` (docs/ALIS.md). With the flat
+/// partitioner, [`partition`] from `init`. Deterministic for a given `rng` state.
+pub fn polish<R: Rng>(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    rng: &mut R,
+) -> Result<(Vec<u16>, PartitionStats), AlisError> {
+    params.validate(hg.n_vertices, init.len())?;
+    check_init(init, params.shards, true)?;
+    if params.partitioner == Partitioner::Flat {
+        return partition(hg, init, params, rng);
+    }
+    Ok((partition_multilevel(hg, init, params, Start::Polish, rng), PartitionStats::default()))
+}
+
+/// How [`partition_multilevel`] treats its warm start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// A fresh multilevel partition, refining the warm start where there is one.
+    Fresh,
+    /// A V-cycle across shards from the warm start ([`vcycle`]).
+    VCycle,
+    /// Label propagation from the warm start at the finest level ([`polish`]).
+    Polish,
+}
+
 /// [`partition`] with a ChaCha8 generator seeded with `seed` (for callers without a generator of their own).
 pub fn partition_seeded(
     hg: &Hypergraph,
@@ -347,13 +378,13 @@ pub fn partition_seeded(
     partition(hg, init, params, &mut rand::rngs::ChaCha8Rng::seed_from_u64(seed))
 }
 
-/// The multilevel partitioner on the vertices with nets (a V-cycle across shards from `init` with `vcycle`);
-/// the others fill the room left.
+/// The multilevel partitioner on the vertices with nets (from `init` as `start` says); the others fill the
+/// room left.
 fn partition_multilevel<R: Rng>(
     hg: &Hypergraph,
     init: &[u16],
     params: &PartitionParams,
-    vcycle: bool,
+    start: Start,
     rng: &mut R,
 ) -> Vec<u16> {
     let k = params.shards;
@@ -396,7 +427,11 @@ fn partition_multilevel<R: Rng>(
     };
     let free = connected.len().abs_diff(n) as u64 - load.iter().sum::<u64>();
     let sub = match warm.as_deref() {
-        Some(warm) if vcycle => multilevel::vcycle(&fine, &caps, warm, &settings, rng),
+        Some(warm) if start == Start::VCycle => multilevel::vcycle(&fine, &caps, warm, &settings, rng),
+        Some(warm) if start == Start::Polish => {
+            let lp_only = multilevel::Settings { fm_passes: 0, ..settings };
+            multilevel::refine(&fine, params.shards, warm.to_vec(), &caps, &lp_only, rng).0
+        }
         warm => multilevel::multilevel(&fine, &caps, free, warm, &settings, rng),
     };
     for (i, &v) in connected.iter().enumerate() {
@@ -635,6 +670,37 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("init") && e.contains("vertex 7"), "{e}");
+    }
+
+    #[test]
+    fn a_polish_only_lowers_km1_keeps_the_caps_and_needs_a_complete_start() {
+        for (p, seed) in MULTILEVEL.into_iter().flat_map(|p| (0..3).map(move |s| (p, s))) {
+            let (n, nets) = planted(seed + 70, 4, 50, 600, 0.2);
+            let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            // The planted groups with rows swapped at random: a polish must gather many of them back.
+            let mut init: Vec<u16> = (0..n).map(|v| (v / 50) as u16).collect();
+            for _ in 0..60 {
+                let (a, b) = (rng.random_range(0..n), rng.random_range(0..n));
+                init.swap(a, b);
+            }
+            let prm = params_with(p, 4, vec![52; 4]);
+            let (part, _) = polish(&hg, &init, &prm, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+            let (before, after) = (km1(&hg, &init), km1(&hg, &part));
+            assert!(after < before, "{p} seed {seed}: {after} not below {before}");
+            assert!(loads(&part, 4).iter().all(|&l| l <= 52), "{p} seed {seed}");
+            let again = polish(&hg, &init, &prm, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap().0;
+            assert_eq!(part, again, "deterministic for a seed");
+        }
+        let (n, nets) = planted(60, 4, 60, 600, 0.0);
+        let hg = Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap();
+        let mut init = split_groups_start(4);
+        init[9] = UNASSIGNED;
+        let e = polish(&hg, &init, &params(4, vec![63; 4]), &mut ChaCha8Rng::seed_from_u64(0))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("init") && e.contains("vertex 9"), "{e}");
     }
 
     #[test]

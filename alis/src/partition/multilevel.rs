@@ -231,7 +231,14 @@ fn coarsen<R: Rng>(hg: &Hg, k: usize, limit: usize, init: Option<&[u16]>, rng: &
 }
 
 /// Rebalances, then label propagation and FM passes. Returns the partition, its km1 and its overload.
-fn refine<R: Rng>(hg: &Hg, k: usize, part: Vec<u16>, caps: &[u64], s: &Settings, rng: &mut R) -> (Vec<u16>, i64, u64) {
+pub(super) fn refine<R: Rng>(
+    hg: &Hg,
+    k: usize,
+    part: Vec<u16>,
+    caps: &[u64],
+    s: &Settings,
+    rng: &mut R,
+) -> (Vec<u16>, i64, u64) {
     refine_state(PartState::new(hg, k, part), caps, s, rng)
 }
 

@@ -10,7 +10,7 @@ use rand::rngs::ChaCha8Rng;
 use super::baselines::{Scope, relabel, requests_partition_input, scope_partition_input};
 use super::{Scored, Strategy, StrategyConfig};
 use crate::AlisError;
-use crate::partition::{Hypergraph, UNASSIGNED, partition, vcycle};
+use crate::partition::{Hypergraph, UNASSIGNED, partition, polish, vcycle};
 use crate::placement::{Placement, hash_shard};
 use crate::stream::Stream;
 use crate::weights::SparseWeights;
@@ -319,6 +319,21 @@ impl AlisStrategy {
     /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
     /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
     /// `interim_new[l]` is argmax W of `D_new` row `l` after this update's ΔW.
+    /// `polish`: label propagation over the light step's hypergraph `hg` (whose vertex `l` is row `rows[l]`)
+    /// from the placement the vote made, each shard's room the cap minus the rows outside `rows` on it.
+    fn polish(&mut self, hg: &Hypergraph, rows: &[u32], cap: usize) -> Result<(), AlisError> {
+        let at = self.placement.as_slice();
+        let init: Vec<u16> = rows.iter().map(|&r| at[r as usize]).collect();
+        let mut others = self.placement.loads().to_vec();
+        for &s in &init {
+            others[s as usize] -= 1;
+        }
+        let params = self.cfg.partition_params(others.iter().map(|&o| cap.saturating_sub(o)).collect());
+        let (polished, _) = polish(hg, &init, &params, &mut self.rng)?;
+        self.placement.reassign(rows, &polished);
+        Ok(())
+    }
+
     fn votes(&self, stream: &Stream, lw: &LocalWindow, interim_new: &[u16]) -> Votes {
         let s_count = self.cfg.shards;
         let known_now = self.interim.len();
@@ -477,6 +492,9 @@ impl Strategy for AlisStrategy {
         scored.place(&mut self.placement);
         let excess = self.placement.take_back(&cold);
         self.evict(&excess);
+        if self.cfg.polish && votes.is_some() && beta > 0.0 {
+            self.polish(&hg, &lw.rows[..n_local], cap)?;
+        }
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {
             let old_len = self.interim.len();

@@ -62,6 +62,12 @@ pub struct StrategyConfig {
     /// Windows the global step reads, the latest included (0: all requests so far).
     #[serde(default = "global_windows_default")]
     pub global_windows: usize,
+    /// ALIS's aggregate step ends with a polish: label propagation over the light step's hypergraph from the
+    /// voted placement ([`crate::partition::polish`]), within the same caps. Off (the paper's ALIS), rows
+    /// stay where the vote put them. No effect without an aggregate step (β = 0 or no history sets), so
+    /// `alis-base` is unchanged. Reports written before this setting existed read as off.
+    #[serde(default)]
+    pub polish: bool,
     /// Slots per row of the sparse weight matrix.
     pub top_k: usize,
     /// Light incremental sharding lets the window's rows take the room of cold rows (rows the window does not
@@ -92,6 +98,7 @@ impl Default for StrategyConfig {
             history_windows: 1,
             global_every: 0,
             global_windows: global_windows_default(),
+            polish: false,
             top_k: 4,
             evict_cold: true,
             partitioner: Partitioner::Multilevel,

@@ -640,6 +640,16 @@ fn dynamic_replays_a_stream_through_every_strategy() {
     // Every registered strategy at both shard counts, each with one run per seed.
     assert_eq!(cells.len(), 2 * alis::STRATEGY_NAMES.len());
     assert!(cells.iter().all(|c| c["runs"].as_array().unwrap().len() == 2));
+    assert_eq!(report["config"]["polish"], false);
+    // `--polish` reaches ALIS's settings and is recorded with the report.
+    let (o, text) = run(bin()
+        .args(["dynamic", "--input"])
+        .arg(&input)
+        .args(["--window-requests", "10", "--shards", "4", "--strategies", "alis", "--polish", "--out"])
+        .arg(&out));
+    assert!(o.status.success(), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(report["config"]["polish"], true);
 }
 
 #[test]
