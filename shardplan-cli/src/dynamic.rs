@@ -94,8 +94,8 @@ pub struct DynamicArgs {
     /// window's rows and move off overflowing shards, least recently touched first).
     #[arg(long)]
     pub keep_cold: bool,
-    /// ALIS: end the aggregate step with label propagation over the light step's hypergraph from the voted
-    /// placement (docs/ALIS.md, "Polishing the vote"); no effect on `alis-base`.
+    /// ALIS: end the aggregate step with label propagation from the voted placement over the whole window
+    /// and the windows the light step reads (docs/ALIS.md, "Polishing the vote"); no effect on `alis-base`.
     #[arg(long)]
     pub polish: bool,
     /// Bytes per embedding row (dimension · 4).

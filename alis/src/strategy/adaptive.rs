@@ -315,25 +315,31 @@ impl AlisStrategy {
         }
     }
 
-    /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
-    /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
-    /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
-    /// `interim_new[l]` is argmax W of `D_new` row `l` after this update's ΔW.
-    /// `polish`: label propagation over the light step's hypergraph `hg` (whose vertex `l` is row `rows[l]`)
-    /// from the placement the vote made, each shard's room the cap minus the rows outside `rows` on it.
-    fn polish(&mut self, hg: &Hypergraph, rows: &[u32], cap: usize) -> Result<(), AlisError> {
+    /// `polish`: label propagation from the placement the vote made, over the requests the update read
+    /// (`D_new` and the previous windows, as the light step) and the window's held-out part (the vote has
+    /// scored its sets on it by now); every row of those requests may move, each shard's room the cap minus
+    /// the rows outside them on it.
+    fn polish(&mut self, lw: &LocalWindow, holdout_separate: bool, cap: usize) -> Result<(), AlisError> {
+        let held_out = holdout_separate.then_some((&lw.holdout_offsets, &lw.holdout_pins));
+        let nets = lw.new_offsets.windows(2).map(|w| &lw.new_pins[w[0]..w[1]]);
+        let nets = nets.chain(held_out.into_iter().flat_map(|(off, pins)| off.windows(2).map(|w| &pins[w[0]..w[1]])));
+        let hg = Hypergraph::new(lw.rows.len(), nets)?;
         let at = self.placement.as_slice();
-        let init: Vec<u16> = rows.iter().map(|&r| at[r as usize]).collect();
+        let init: Vec<u16> = lw.rows.iter().map(|&r| at[r as usize]).collect();
         let mut others = self.placement.loads().to_vec();
         for &s in &init {
             others[s as usize] -= 1;
         }
         let params = self.cfg.partition_params(others.iter().map(|&o| cap.saturating_sub(o)).collect());
-        let (polished, _) = polish(hg, &init, &params, &mut self.rng)?;
-        self.placement.reassign(rows, &polished);
+        let (polished, _) = polish(&hg, &init, &params, &mut self.rng)?;
+        self.placement.reassign(&lw.rows, &polished);
         Ok(())
     }
 
+    /// Soft votes for the `D_new` rows (local ids `0..n_new_rows`) from the current interim set (age 0) and the
+    /// previous `history_sets` interim sets (age `a` as it was `a` updates ago); each set votes
+    /// `decay^age / C`. Rows unknown to an old set (discovered later) get no vote from it.
+    /// `interim_new[l]` is argmax W of `D_new` row `l` after this update's ΔW.
     fn votes(&self, stream: &Stream, lw: &LocalWindow, interim_new: &[u16]) -> Votes {
         let s_count = self.cfg.shards;
         let known_now = self.interim.len();
@@ -412,7 +418,8 @@ impl Strategy for AlisStrategy {
         let d_new = window.end.saturating_sub(n_new).max(window.start)..window.end;
         self.index.next_update(rows);
         // The held-out part of the window scores the voting sets; with `incr_ratio` 1 it is the whole window.
-        let holdout = if d_new.start > window.start { window.start..d_new.start } else { window.clone() };
+        let holdout_separate = d_new.start > window.start;
+        let holdout = if holdout_separate { window.start..d_new.start } else { window.clone() };
         // The light step partitions `D_new` and, with `history_windows`, the previous windows' requests.
         let mut parts: Vec<Range<usize>> = vec![d_new];
         parts.extend(self.past.iter().cloned());
@@ -493,7 +500,7 @@ impl Strategy for AlisStrategy {
         let excess = self.placement.take_back(&cold);
         self.evict(&excess);
         if self.cfg.polish && votes.is_some() && beta > 0.0 {
-            self.polish(&hg, &lw.rows[..n_local], cap)?;
+            self.polish(&lw, holdout_separate, cap)?;
         }
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
         if self.cfg.history_sets > 0 {

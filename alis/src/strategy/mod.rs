@@ -62,10 +62,11 @@ pub struct StrategyConfig {
     /// Windows the global step reads, the latest included (0: all requests so far).
     #[serde(default = "global_windows_default")]
     pub global_windows: usize,
-    /// ALIS's aggregate step ends with a polish: label propagation over the light step's hypergraph from the
-    /// voted placement ([`crate::partition::polish`]), within the same caps. Off (the paper's ALIS), rows
-    /// stay where the vote put them. No effect without an aggregate step (β = 0 or no history sets), so
-    /// `alis-base` is unchanged. Reports written before this setting existed read as off.
+    /// ALIS's aggregate step ends with a polish: label propagation from the voted placement
+    /// ([`crate::partition::polish`]) over the requests the update read (`D_new` and the previous windows)
+    /// and the window's held-out part, within the same caps. Off (the paper's ALIS), rows stay where the
+    /// vote put them. No effect without an aggregate step (β = 0 or no history sets), so `alis-base` is
+    /// unchanged. Reports written before this setting existed read as off.
     #[serde(default)]
     pub polish: bool,
     /// Slots per row of the sparse weight matrix.
