@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use planner_core::table::TableSpec;
 use planner_core::task::task_seed;
 
 use crate::Cli;
 use crate::backend::{Timing, check_fits};
-use crate::common::{load_base_tables, make_backend};
+use crate::common::{load_base_tables, make_backend, validate_devices, validate_max_tables, validate_timing};
 use crate::cpu;
 use crate::workload::{self, Sampler, WorkPiece};
 
@@ -74,15 +74,11 @@ fn dump_workload(dir: &Path, g: u64, batch: u32, set: &[TableSpec], bags: &[work
 /// writing them, and reports throughput and the kernels' effective bandwidth (bytes touched / median time,
 /// see `cpu::bytes_touched`).
 pub fn run(cli: &Cli, args: &BenchArgs) -> Result<i32> {
+    // The limits of `compute` and `comm`: a sample allocates its lookups by the batch and the devices.
+    validate_timing(args.batch_size, args.reps, args.warmup)?;
+    validate_devices(args.devices, args.batch_size)?;
+    validate_max_tables(args.max_tables)?;
     let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
-    if args.batch_size == 0 || (args.batch_size as usize) < args.devices || args.devices == 0 || args.reps == 0 {
-        bail!(
-            "--batch-size = {}, --devices = {}, --reps = {}: need batch >= devices >= 1 and reps >= 1",
-            args.batch_size,
-            args.devices,
-            args.reps
-        );
-    }
     let (base, _) = load_base_tables(None)?;
     let candidates = workload::augmented_candidates(&base, mem_cap)?;
     let mut backend = make_backend(cli, true)?;

@@ -9,7 +9,9 @@ use planner_core::task::task_seed;
 use crate::Cli;
 use crate::backend::Timing;
 use crate::collect::{self, RunPlan};
-use crate::common::{CollectArgs, install_stop_handler, make_backend, report, start_guard, template, validate_common};
+use crate::common::{
+    CollectArgs, install_stop_handler, make_backend, report, start_guard, template, validate_common, validate_devices,
+};
 use crate::workload;
 
 #[derive(Args, Debug)]
@@ -42,16 +44,7 @@ pub fn run(cli: &Cli, args: &CommArgs) -> Result<i32> {
     if c.run.rounds != 1 {
         bail!("--rounds = {} is invalid for comm samples: rounds apply to compute and `sets` runs", c.run.rounds);
     }
-    if args.devices == 0 || args.devices > 1024 {
-        bail!("--devices = {} is invalid: use 1..=1024", args.devices);
-    }
-    if (c.run.batch_size as usize) < args.devices {
-        bail!(
-            "--batch-size = {} is smaller than --devices = {}: every device needs at least one row",
-            c.run.batch_size,
-            args.devices
-        );
-    }
+    validate_devices(args.devices, c.run.batch_size)?;
     if !(args.max_delay_ms.is_finite() && args.max_delay_ms > 1.0 && args.max_delay_ms <= 10_000.0) {
         bail!("--max-delay-ms = {} is invalid: use a number in (1, 10000]", args.max_delay_ms);
     }

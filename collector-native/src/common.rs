@@ -82,14 +82,40 @@ pub const ROUND_GROUP: usize = 24;
 
 /// Refuses batch sizes and repetitions out of range.
 pub fn validate_run(c: &RunArgs) -> Result<()> {
-    if c.batch_size == 0 || c.batch_size > 1 << 22 {
-        bail!("--batch-size = {} is invalid: use 1..=4194304", c.batch_size);
-    }
-    if c.reps == 0 || c.reps > 1000 || c.warmup > 1000 {
-        bail!("--reps = {} / --warmup = {} are invalid: reps in 1..=1000, warmup in 0..=1000", c.reps, c.warmup);
-    }
+    validate_timing(c.batch_size, c.reps, c.warmup)?;
     if c.rounds == 0 || c.rounds > 100 {
         bail!("--rounds = {} is invalid: use 1..=100", c.rounds);
+    }
+    Ok(())
+}
+
+/// Refuses a batch (bags per table) outside 1..=4,194,304 and timed / untimed runs outside 1..=1000 /
+/// 0..=1000: every sample allocates its lookups by the batch, and runs repeat it.
+pub fn validate_timing(batch: u32, reps: u32, warmup: u32) -> Result<()> {
+    if batch == 0 || batch > 1 << 22 {
+        bail!("--batch-size = {batch} is invalid: use 1..=4194304");
+    }
+    if reps == 0 || reps > 1000 || warmup > 1000 {
+        bail!("--reps = {reps} / --warmup = {warmup} are invalid: reps in 1..=1000, warmup in 0..=1000");
+    }
+    Ok(())
+}
+
+/// Refuses comm samples over `devices` outside 1..=1024, or more devices than rows in the batch.
+pub fn validate_devices(devices: usize, batch: u32) -> Result<()> {
+    if devices == 0 || devices > 1024 {
+        bail!("--devices = {devices} is invalid: use 1..=1024");
+    }
+    if (batch as usize) < devices {
+        bail!("--batch-size = {batch} is smaller than --devices = {devices}: every device needs at least one row");
+    }
+    Ok(())
+}
+
+/// Refuses a compute set of more than 1,024 tables (or none).
+pub fn validate_max_tables(max_tables: usize) -> Result<()> {
+    if max_tables == 0 || max_tables > 1024 {
+        bail!("--max-tables = {max_tables} is invalid: use 1..=1024");
     }
     Ok(())
 }

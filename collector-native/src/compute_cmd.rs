@@ -12,7 +12,7 @@ use crate::Cli;
 use crate::collect::{self, RunPlan};
 use crate::common::{
     CollectArgs, install_stop_handler, load_base_tables, make_backend, measure_compute_samples, report, start_guard,
-    template, validate_common,
+    template, validate_common, validate_max_tables,
 };
 use crate::workload::{self, Sampler};
 
@@ -41,9 +41,7 @@ pub struct ComputeArgs {
 pub fn run(cli: &Cli, args: &ComputeArgs) -> Result<i32> {
     let c = &args.common;
     validate_common(c)?;
-    if args.max_tables == 0 || args.max_tables > 1024 {
-        bail!("--max-tables = {} is invalid: use 1..=1024", args.max_tables);
-    }
+    validate_max_tables(args.max_tables)?;
     let mem_cap = planner_core::units::parse_bytes("--mem-cap", &args.mem_cap)?;
     let (base, pool_label) = load_base_tables(args.tables.as_deref())?;
     let candidates = workload::augmented_candidates(&base, mem_cap)?;

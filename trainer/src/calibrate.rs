@@ -235,6 +235,9 @@ impl CalibrateOptions {
                 self.initial_samples
             );
         }
+        if self.comm_samples == 0 && self.comm_preset.is_none() {
+            bail!("`--comm-samples` = 0 is invalid: comm is measured (no `--comm-from-preset`), so at least 1");
+        }
         let most = planner_core::dataset::MAX_RUN_SAMPLES;
         if self.initial_samples > most || self.comm_samples > most {
             bail!(

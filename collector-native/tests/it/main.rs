@@ -513,6 +513,11 @@ fn bad_inputs_are_refused_with_the_field_and_value() {
     check(&["compute", "--samples", "1", "--out", o, "--shard", "2/2"], &["--shard", "\"2/2\""]);
     check(&["compute", "--samples", "0", "--out", o], &["--samples = 0"]);
     check(&["compute", "--samples", "10000001", "--out", o], &["--samples = 10000001", "1..=10000000"]);
+    // `bench` allocates its lookups by the batch and the devices too: the same limits as a collection.
+    check(&["bench", "--batch-size", "4000000000"], &["--batch-size = 4000000000", "1..=4194304"]);
+    check(&["bench", "--devices", "5000", "--batch-size", "65536"], &["--devices = 5000", "1..=1024"]);
+    check(&["bench", "--max-tables", "0"], &["--max-tables = 0"]);
+    check(&["bench", "--reps", "0"], &["--reps = 0"]);
     check(
         &["--guard-quiet-reference-ms=-3", "compute", "--samples", "1", "--out", o],
         &["--guard-quiet-reference-ms = -3"],
@@ -635,6 +640,10 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     let bad = CalibrateOptions { initial_samples: 10_000_001, out: out.with_extension("bad"), ..opts.clone() };
     let e = calibrate(&bad).unwrap_err().to_string();
     assert!(e.contains("`--initial-samples` = 10000001"), "{e}");
+    assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
+    let bad = CalibrateOptions { comm_samples: 0, comm_preset: None, out: out.with_extension("bad"), ..opts.clone() };
+    let e = calibrate(&bad).unwrap_err().to_string();
+    assert!(e.contains("`--comm-samples` = 0"), "{e}");
     assert!(!out.with_extension("bad").exists(), "a refused loop writes nothing");
     let reports = calibrate(&opts).unwrap();
     assert_eq!(reports.len(), 2);
