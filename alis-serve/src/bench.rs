@@ -2,8 +2,9 @@
 //! strategy of the `alis` crate re-placing rows after every window while requests keep flowing.
 //!
 //! The migration protocol, per update (epoch e → e + 1), run by the controller thread:
-//! 1. **Copy**: every destination pulls its incoming rows from their current holders and syncs them to its
-//!    log before it answers. Routing still says epoch e, so no lookup reads a copy being made.
+//! 1. **Copy**: every destination pulls its incoming rows from their current holders (its sources one after
+//!    the other, destinations in parallel, in calls of at most `MIGRATION_CALL_ROWS` rows) and syncs them to
+//!    its log before it answers. Routing still says epoch e, so no lookup reads a copy being made.
 //! 2. **Switch**: the routing table of epoch e + 1 is published in one pointer swap. Every lookup takes a
 //!    snapshot of the routing (and counts itself in the snapshot's in-flight counter) under the same lock
 //!    as the swap, so each lookup is routed wholly by one epoch.
@@ -519,33 +520,47 @@ impl Controller {
             }
         };
 
-        // 1. Copy: each destination pulls from each source, destinations in parallel.
+        // 1. Copy: each destination pulls from its sources one after the other, destinations in parallel. A
+        // server answers one connection's calls in turn, so pulls sent to it together would queue there, and
+        // a queued pull's time would count against its call limit.
         let copy = self.rt.block_on(async {
-            let calls = pairs.iter().enumerate().map(|(k, &(d, s))| {
-                let keys = &moves[d][s];
-                let router = &router;
-                let plan = kill.filter(|p| p.phase == 0 && p.step == k);
-                let killer = &killer;
+            let by_dest = pairs.chunk_by(|a, b| a.0 == b.0).scan(0, |first, group| {
+                let ks = *first..*first + group.len();
+                *first += group.len();
+                Some(ks)
+            });
+            let calls = by_dest.map(|ks| {
+                let (router, killer, moves) = (&router, &killer, &moves);
+                let pairs = &pairs;
                 async move {
-                    let pull = router.control_chunks(d, keys, call_rows, |chunk| Request::Pull {
-                        epoch,
-                        source: router.servers.addr(s).to_string(),
-                        keys: chunk.to_vec(),
-                    });
-                    match plan {
-                        Some(p) => {
-                            let (r, k) = tokio::join!(pull, killer(p));
-                            k?;
-                            r
+                    let mut out = Vec::with_capacity(ks.len());
+                    for k in ks {
+                        let (d, s) = pairs[k];
+                        let pull = router.control_chunks(d, &moves[d][s], call_rows, |chunk| Request::Pull {
+                            epoch,
+                            source: router.servers.addr(s).to_string(),
+                            keys: chunk.to_vec(),
+                        });
+                        let r = match kill.filter(|p| p.phase == 0 && p.step == k) {
+                            Some(p) => {
+                                let (r, killed) = tokio::join!(pull, killer(p));
+                                killed.and(r)
+                            }
+                            None => pull.await,
+                        };
+                        let failed = r.is_err();
+                        out.push((k, r));
+                        if failed {
+                            break;
                         }
-                        None => pull.await,
                     }
+                    out
                 }
             });
-            join_all(calls).await
+            join_all(calls).await.into_iter().flatten().collect::<Vec<_>>()
         });
         let mut interrupted = false;
-        for (k, r) in copy.into_iter().enumerate() {
+        for (k, r) in copy {
             let (resps, failed) = r?;
             if kill.is_some_and(|p| p.phase == 0 && p.step == k) {
                 interrupted |= failed;

@@ -14,7 +14,8 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 pub const BATCH_ROWS: usize = 4096;
 /// Rows per migration call (a pull or a delete): a migration moving more rows from one server sends
 /// several calls in turn, so each request frame stays near 1 MiB of keys whatever the migration's size,
-/// and each call's copying (16 batches) finishes well within a call's time limit.
+/// and each call's copying (16 batches) finishes well within a call's time limit (a destination's pulls
+/// are sent one after the other, never queued behind each other at the server).
 pub const MIGRATION_CALL_ROWS: usize = 16 * BATCH_ROWS;
 /// Largest dimension (values per row) served: a batch of [`BATCH_ROWS`] rows (their values, their keys of at
 /// most 15 bytes each as varints, and the envelope) must fit one frame, or a load or a migration copy could
