@@ -499,10 +499,9 @@ impl Strategy for AlisStrategy {
         scored.place(&mut self.placement);
         let excess = self.placement.take_back(&cold);
         self.evict(&excess);
-        if self.cfg.polish && votes.is_some() && beta > 0.0 {
-            self.polish(&lw, holdout_separate, cap)?;
-        }
         // Commit this update's interim set (argmax W of the rows just partitioned) and log what it replaced.
+        // Rows first known in this update enter it where the vote placed them: before any polish, so that
+        // the polish never changes what later votes see.
         if self.cfg.history_sets > 0 {
             let old_len = self.interim.len();
             self.interim.extend_from_slice(&self.placement.as_slice()[old_len..rows]);
@@ -516,6 +515,9 @@ impl Strategy for AlisStrategy {
             }
             self.undo.push_front((old_len, log));
             self.undo.truncate(self.cfg.history_sets.saturating_sub(1));
+        }
+        if self.cfg.polish && votes.is_some() && beta > 0.0 {
+            self.polish(&lw, holdout_separate, cap)?;
         }
         Ok(())
     }
