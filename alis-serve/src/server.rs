@@ -318,40 +318,41 @@ async fn pull(shared: &Arc<Shared>, epoch: u64, source: &str, keys: Vec<Key>) ->
 mod tests {
     use super::*;
 
+    /// Runs `body` against a fresh server of dimension `dim` whose log lives in a temporary directory.
+    fn with_server(name: &str, dim: usize, body: impl AsyncFnOnce(&Arc<Shared>)) {
+        let dir = std::env::temp_dir().join(format!("alis-serve-server-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let cfg = ServerConfig { shard: 0, dir: dir.clone(), dim };
+            let started = start(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
+            body(&started.shared).await;
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_read_whose_answer_cannot_fit_a_frame_is_refused_before_allocating() {
         // 5 000 repeated keys are a 10 kB frame, but their answer at dim 4 096 would be 82 MB: more than a
         // frame can carry, so it could never be sent, and `read_rows` would reserve it all first (a 64 MiB
         // frame of repeated keys asks for gigabytes).
-        let dir = std::env::temp_dir().join(format!("alis-serve-server-big-read-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-        rt.block_on(async {
-            let cfg = ServerConfig { shard: 0, dir: dir.clone(), dim: 4096 };
-            let started = start(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
+        with_server("big-read", 4096, async |sh| {
             let keys = vec![(0u32, 0u64); 5000];
             for req in [Request::Lookup { epoch: 0, keys: keys.clone() }, Request::Read { keys }] {
-                let resp = handle(&started.shared, req).await;
+                let resp = handle(sh, req).await;
                 assert!(matches!(resp, Response::Error { .. }), "{:?}", std::mem::discriminant(&resp));
             }
             // A read that fits is answered as usual.
-            let resp = handle(&started.shared, Request::Read { keys: vec![(0, 0); 4] }).await;
+            let resp = handle(sh, Request::Read { keys: vec![(0, 0); 4] }).await;
             assert_eq!(resp, Response::Rows { values: Vec::new(), missing: vec![0, 1, 2, 3] });
         });
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_copy_still_writing_after_a_newer_migration_began_is_refused() {
         // A pull whose caller timed out and asked again keeps running; if it writes a row after the next
         // migration moved that row away and deleted it here, the row would be held where no routing points.
-        let dir = std::env::temp_dir().join(format!("alis-serve-server-stale-copy-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-        rt.block_on(async {
-            let cfg = ServerConfig { shard: 0, dir: dir.clone(), dim: 2 };
-            let started = start(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
-            let sh = &started.shared;
+        with_server("stale-copy", 2, async |sh| {
             let key = (0u32, 7u64);
             let mut values = Vec::new();
             wire::fill_row(key, 2, &mut values);
@@ -369,6 +370,5 @@ mod tests {
             // A copy of the current epoch (the row coming back) is written as usual.
             assert_eq!(write(sh, true, 3, vec![key], values).await, Ok(1));
         });
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

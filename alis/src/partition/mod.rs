@@ -303,12 +303,9 @@ pub fn vcycle<R: Rng>(
     params: &PartitionParams,
     rng: &mut R,
 ) -> Result<(Vec<u16>, PartitionStats), AlisError> {
-    params.validate(hg.n_vertices, init.len())?;
-    check_init(init, params.shards, true)?;
-    if params.partitioner == Partitioner::Flat {
+    let Some(part) = from_complete_start(hg, init, params, Start::VCycle, rng)? else {
         return partition(hg, init, params, rng);
-    }
-    let part = partition_multilevel(hg, init, params, Start::VCycle, rng);
+    };
     let mut load = vec![0usize; params.shards];
     for &s in init {
         load[s as usize] += 1;
@@ -348,12 +345,24 @@ pub fn polish<R: Rng>(
     params: &PartitionParams,
     rng: &mut R,
 ) -> Result<(Vec<u16>, PartitionStats), AlisError> {
+    match from_complete_start(hg, init, params, Start::Polish, rng)? {
+        Some(part) => Ok((part, PartitionStats::default())),
+        None => partition(hg, init, params, rng),
+    }
+}
+
+/// What [`vcycle`] and [`polish`] share: `params` and a complete `init` validated, then the multilevel
+/// partitioner from `init` as `start` says; `None` with the flat partitioner (the caller runs [`partition`]).
+fn from_complete_start<R: Rng>(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    start: Start,
+    rng: &mut R,
+) -> Result<Option<Vec<u16>>, AlisError> {
     params.validate(hg.n_vertices, init.len())?;
     check_init(init, params.shards, true)?;
-    if params.partitioner == Partitioner::Flat {
-        return partition(hg, init, params, rng);
-    }
-    Ok((partition_multilevel(hg, init, params, Start::Polish, rng), PartitionStats::default()))
+    Ok((params.partitioner != Partitioner::Flat).then(|| partition_multilevel(hg, init, params, start, rng)))
 }
 
 /// How [`partition_multilevel`] treats its warm start.

@@ -315,6 +315,15 @@ impl AlisStrategy {
         }
     }
 
+    /// Rows per shard, not counting `rows` (distinct, all placed).
+    fn loads_without(&self, rows: &[u32]) -> Vec<usize> {
+        let mut loads = self.placement.loads().to_vec();
+        for &r in rows {
+            loads[self.placement.as_slice()[r as usize] as usize] -= 1;
+        }
+        loads
+    }
+
     /// `polish`: label propagation from the placement the vote made, over the requests the update read
     /// (`D_new` and the previous windows, as the light step) and the window's held-out part (the vote has
     /// scored its sets on it by now); every row of those requests may move, each shard's room the cap minus
@@ -326,10 +335,7 @@ impl AlisStrategy {
         let hg = Hypergraph::new(lw.rows.len(), nets)?;
         let at = self.placement.as_slice();
         let init: Vec<u16> = lw.rows.iter().map(|&r| at[r as usize]).collect();
-        let mut others = self.placement.loads().to_vec();
-        for &s in &init {
-            others[s as usize] -= 1;
-        }
+        let others = self.loads_without(&lw.rows);
         let params = self.cfg.partition_params(others.iter().map(|&o| cap.saturating_sub(o)).collect());
         let (polished, _) = polish(&hg, &init, &params, &mut self.rng)?;
         self.placement.reassign(&lw.rows, &polished);
@@ -437,11 +443,8 @@ impl Strategy for AlisStrategy {
         // `evict_cold`, only the window's other rows count; rows the window does not touch (cold rows) give
         // way and are moved out afterwards where their shard overflows.
         let cap = self.placement.cap();
-        let mut fixed = self.placement.loads().to_vec();
+        let mut fixed = self.loads_without(&lw.rows[..n_local]);
         let mut cold = vec![0usize; self.cfg.shards];
-        for &r in &lw.rows[..n_local] {
-            fixed[self.placement.as_slice()[r as usize] as usize] -= 1;
-        }
         if self.cfg.evict_cold {
             cold.clone_from(&fixed);
             for &r in &lw.rows[n_local..] {
