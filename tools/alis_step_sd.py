@@ -25,14 +25,19 @@ import sys
 
 
 def parse_skip(text):
-    """'2,12-17' -> {2, 12, 13, ..., 17}."""
+    """'2,12-17' -> {2, 12, 13, ..., 17}; anything else exits naming --skip and the part."""
     out = set()
     for part in filter(None, text.split(",")):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1))
-        else:
-            out.add(int(part))
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi or lo < 0:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            sys.exit(f"--skip {text!r}: {part!r} is not a window or a range lo-hi of windows (e.g. 2,12-17)")
     return out
 
 
@@ -48,8 +53,11 @@ def load(paths):
     """{(shards, strategy): {seed: [(window, mean fanout), ...]}} over all reports."""
     cells, seen = {}, {}
     for path in paths:
-        with open(path) as f:
-            report = json.load(f)
+        try:
+            with open(path) as f:
+                report = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"{path}: not a readable shardplan dynamic report ({e})")
         for cell in report.get("cells", []):
             windows = cell.get("windows")
             if not windows:
