@@ -387,8 +387,38 @@ pub fn partition_seeded(
     partition(hg, init, params, &mut rand::rngs::ChaCha8Rng::seed_from_u64(seed))
 }
 
+/// A net weighing at most `1/NEGLIGIBLE` of the heaviest is negligible; a fresh partition leaves such nets out,
+/// lightest first, while together they weigh at most `1/NEGLIGIBLE` of all nets ([`negligible_nets`]).
+const NEGLIGIBLE: u128 = 100;
+
+/// The nets a fresh partition leaves out (`true`: kept), or `None` when it keeps them all: nets weighing at
+/// most `1/NEGLIGIBLE` of the heaviest, lightest first (ties by index), while their summed weight stays
+/// within `1/NEGLIGIBLE` of all nets'. A decayed history (`full --full-decay`) is such a hypergraph: the
+/// windows long past weigh next to nothing, yet their rows and nets are most of it, and partitioned with the
+/// rest they take the room and the coarse levels that the recent nets need. Nets of equal weight (every
+/// unweighted hypergraph) are never left out.
+fn negligible_nets(hg: &Hypergraph) -> Option<Vec<bool>> {
+    let w = &hg.net_weights;
+    let heaviest = u128::from(w.iter().copied().max()?);
+    let total: u128 = w.iter().map(|&x| u128::from(x)).sum();
+    let mut light: Vec<usize> = (0..w.len()).filter(|&e| u128::from(w[e]) * NEGLIGIBLE <= heaviest).collect();
+    light.sort_by_key(|&e| (w[e], e));
+    let mut keep = vec![true; w.len()];
+    let mut left_out = 0u128;
+    for e in light {
+        left_out += u128::from(w[e]);
+        if left_out * NEGLIGIBLE > total {
+            break;
+        }
+        keep[e] = false;
+    }
+    keep.contains(&false).then_some(keep)
+}
+
 /// The multilevel partitioner on the vertices with nets (from `init` as `start` says); the others fill the
-/// room left.
+/// room left. A fresh partition without a warm start leaves [`negligible_nets`] out, then polishes the result
+/// with every net ([`polish`]'s label propagation), so the rows only they hold move towards their nets where
+/// there is room. A warm start keeps every net: it is never made worse.
 fn partition_multilevel<R: Rng>(
     hg: &Hypergraph,
     init: &[u16],
@@ -396,19 +426,41 @@ fn partition_multilevel<R: Rng>(
     start: Start,
     rng: &mut R,
 ) -> Vec<u16> {
+    let fresh = start == Start::Fresh && init.iter().all(|&s| s == UNASSIGNED);
+    match fresh.then(|| negligible_nets(hg)).flatten() {
+        Some(keep) => {
+            let part = partition_nets(hg, init, params, start, Some(&keep), rng);
+            partition_nets(hg, &part, params, Start::Polish, None, rng)
+        }
+        None => partition_nets(hg, init, params, start, None, rng),
+    }
+}
+
+/// [`partition_multilevel`] on the nets `keep` marks (all when `None`): vertices on none of them are placed
+/// last, into the room left.
+fn partition_nets<R: Rng>(
+    hg: &Hypergraph,
+    init: &[u16],
+    params: &PartitionParams,
+    start: Start,
+    keep: Option<&[bool]>,
+    rng: &mut R,
+) -> Vec<u16> {
     let k = params.shards;
     let n = hg.n_vertices;
+    let kept = |e: u32| keep.is_none_or(|kp| kp[e as usize]);
+    let on_a_net = |v: usize| hg.nets_of(v).iter().any(|&e| kept(e));
     let mut part = vec![UNASSIGNED; n];
     let mut load = vec![0u64; k];
     // Isolated vertices with a warm start keep it while it has room; their room is not the others'.
     for v in 0..n {
         let s = init[v];
-        if hg.nets_of(v).is_empty() && s != UNASSIGNED && load[s as usize] < params.caps[s as usize] as u64 {
+        if !on_a_net(v) && s != UNASSIGNED && load[s as usize] < params.caps[s as usize] as u64 {
             part[v] = s;
             load[s as usize] += 1;
         }
     }
-    let connected: Vec<u32> = (0..n as u32).filter(|&v| !hg.nets_of(v as usize).is_empty()).collect();
+    let connected: Vec<u32> = (0..n as u32).filter(|&v| on_a_net(v as usize)).collect();
     let mut local = vec![u32::MAX; n];
     for (i, &v) in connected.iter().enumerate() {
         local[v as usize] = i as u32;
@@ -417,7 +469,7 @@ fn partition_multilevel<R: Rng>(
     net_off.push(0);
     let mut pins = Vec::with_capacity(hg.n_pins());
     let mut nw = Vec::with_capacity(hg.n_nets());
-    for e in 0..hg.n_nets() {
+    for e in (0..hg.n_nets()).filter(|&e| kept(e as u32)) {
         pins.extend(hg.net(e).iter().map(|&v| local[v as usize]));
         net_off.push(pins.len());
         nw.push(i64::from(hg.net_weights[e]));
@@ -767,5 +819,56 @@ mod tests {
         let hg = Hypergraph::with_weights(4, [(&[0u32, 1][..], 5), (&[1, 2][..], 1), (&[2, 3][..], 5)]).unwrap();
         let (part, _) = partition_seeded(&hg, &[UNASSIGNED; 4], &params(2, vec![2, 2]), 1).unwrap();
         assert_eq!(km1(&hg, &part), 1, "{part:?}");
+    }
+
+    #[test]
+    fn negligible_nets_are_the_lightest_within_a_hundredth_of_the_weight() {
+        // Equal weights: nothing is negligible, however many nets.
+        let (n, nets) = planted(0, 4, 20, 200, 0.1);
+        assert_eq!(negligible_nets(&Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap()), None);
+        // Ten nets of 10,000, one of 101 (above a hundredth of the heaviest), twenty of 100: together 102,101,
+        // so the light nets left out may weigh 1,021. Lightest first, ties by index: ten of the twenty.
+        let mut weighted: Vec<(Vec<u32>, u32)> = (0..10).map(|i| (vec![i, i + 1], 10_000)).collect();
+        weighted.push((vec![0, 5], 101));
+        weighted.extend((0..20).map(|i| (vec![i, i + 2], 100)));
+        let hg = Hypergraph::with_weights(30, weighted.iter().map(|(p, w)| (p.as_slice(), *w))).unwrap();
+        let keep = negligible_nets(&hg).expect("some nets are negligible");
+        let left_out: Vec<usize> = (0..keep.len()).filter(|&e| !keep[e]).collect();
+        assert_eq!(left_out, (11..21).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_decayed_history_is_partitioned_for_its_recent_nets() {
+        // Four planted groups of 60 rows on heavy nets (recent windows), noise over all 280 rows on nets a
+        // thousand times lighter (old windows): 40 rows are on light nets only. The light nets are left out,
+        // the rows they alone hold fill the room left, and the polish over every net keeps the caps.
+        let (_, heavy) = planted(3, 4, 60, 600, 0.0);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let light: Vec<Vec<u32>> = (0..400)
+            .map(|_| {
+                let a = rng.random_range(0..280u32);
+                let b = (a + rng.random_range(1..280u32)) % 280;
+                vec![a, b]
+            })
+            .collect();
+        let nets = heavy.iter().map(|p| (p.as_slice(), 1000)).chain(light.iter().map(|p| (p.as_slice(), 1)));
+        let hg = Hypergraph::with_weights(280, nets).unwrap();
+        assert!(
+            negligible_nets(&hg).is_some_and(|keep| keep[..600].iter().all(|&k| k) && !keep[600..].contains(&true))
+        );
+        let planted_part: Vec<u16> =
+            (0..280).map(|v| if v < 240 { (v / 60) as u16 } else { ((v - 240) / 10) as u16 }).collect();
+        for p in MULTILEVEL {
+            for seed in 0..3 {
+                let (part, _) =
+                    partition_seeded(&hg, &[UNASSIGNED; 280], &params_with(p, 4, vec![72; 4]), seed).unwrap();
+                assert!(loads(&part, 4).iter().all(|&l| l <= 72), "{p} seed {seed}: {:?}", loads(&part, 4));
+                for g in 0..4 {
+                    let first = part[g * 60];
+                    assert!(part[g * 60..(g + 1) * 60].iter().all(|&s| s == first), "{p} seed {seed}: group {g} split");
+                }
+                assert!(km1(&hg, &part) <= km1(&hg, &planted_part), "{p} seed {seed}");
+            }
+        }
     }
 }
