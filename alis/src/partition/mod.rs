@@ -372,7 +372,9 @@ enum Start {
     Fresh,
     /// A V-cycle across shards from the warm start ([`vcycle`]).
     VCycle,
-    /// Label propagation from the warm start at the finest level ([`polish`]).
+    /// Label propagation from the warm start at the finest level ([`polish`]). Vertices without a shard
+    /// (a fresh partition's rows on negligible nets only) are first placed beside their nets: each, in
+    /// index order, to the shard with room holding most of its nets' weight.
     Polish,
 }
 
@@ -389,7 +391,7 @@ pub fn partition_seeded(
 
 /// A net weighing at most `1/NEGLIGIBLE` of the heaviest is negligible; a fresh partition leaves such nets out,
 /// lightest first, while together they weigh at most `1/NEGLIGIBLE` of all nets ([`negligible_nets`]).
-const NEGLIGIBLE: u128 = 100;
+const NEGLIGIBLE: u128 = 1000;
 
 /// The nets a fresh partition leaves out (`true`: kept), or `None` when it keeps them all: nets weighing at
 /// most `1/NEGLIGIBLE` of the heaviest, lightest first (ties by index), while their summed weight stays
@@ -416,9 +418,9 @@ fn negligible_nets(hg: &Hypergraph) -> Option<Vec<bool>> {
 }
 
 /// The multilevel partitioner on the vertices with nets (from `init` as `start` says); the others fill the
-/// room left. A fresh partition without a warm start leaves [`negligible_nets`] out, then polishes the result
-/// with every net ([`polish`]'s label propagation), so the rows only they hold move towards their nets where
-/// there is room. A warm start keeps every net: it is never made worse.
+/// room left. A fresh partition without a warm start leaves [`negligible_nets`] out; then the rows only they
+/// hold are placed beside their nets where there is room, and the whole is polished with every net
+/// ([`polish`]'s label propagation). A warm start keeps every net: it is never made worse.
 fn partition_multilevel<R: Rng>(
     hg: &Hypergraph,
     init: &[u16],
@@ -429,7 +431,14 @@ fn partition_multilevel<R: Rng>(
     let fresh = start == Start::Fresh && init.iter().all(|&s| s == UNASSIGNED);
     match fresh.then(|| negligible_nets(hg)).flatten() {
         Some(keep) => {
-            let part = partition_nets(hg, init, params, start, Some(&keep), rng);
+            let mut part = partition_nets(hg, init, params, start, Some(&keep), rng);
+            // The rows only negligible nets hold are placed again, beside their nets, by the polish.
+            for (v, p) in part.iter_mut().enumerate() {
+                let nets = hg.nets_of(v);
+                if !nets.is_empty() && nets.iter().all(|&e| !keep[e as usize]) {
+                    *p = UNASSIGNED;
+                }
+            }
             partition_nets(hg, &part, params, Start::Polish, None, rng)
         }
         None => partition_nets(hg, init, params, start, None, rng),
@@ -491,7 +500,8 @@ fn partition_nets<R: Rng>(
         Some(warm) if start == Start::VCycle => multilevel::vcycle(&fine, &caps, warm, &settings, rng),
         Some(warm) if start == Start::Polish => {
             let lp_only = multilevel::Settings { fm_passes: 0, ..settings };
-            multilevel::refine(&fine, params.shards, warm.to_vec(), &caps, &lp_only, rng).0
+            let complete = multilevel::complete_warm_start(&fine, params.shards, warm, &caps);
+            multilevel::refine(&fine, params.shards, complete, &caps, &lp_only, rng).0
         }
         warm => multilevel::multilevel(&fine, &caps, free, warm, &settings, rng),
     };
@@ -822,13 +832,13 @@ mod tests {
     }
 
     #[test]
-    fn negligible_nets_are_the_lightest_within_a_hundredth_of_the_weight() {
+    fn negligible_nets_are_the_lightest_within_a_thousandth_of_the_weight() {
         // Equal weights: nothing is negligible, however many nets.
         let (n, nets) = planted(0, 4, 20, 200, 0.1);
         assert_eq!(negligible_nets(&Hypergraph::new(n, nets.iter().map(Vec::as_slice)).unwrap()), None);
-        // Ten nets of 10,000, one of 101 (above a hundredth of the heaviest), twenty of 100: together 102,101,
-        // so the light nets left out may weigh 1,021. Lightest first, ties by index: ten of the twenty.
-        let mut weighted: Vec<(Vec<u32>, u32)> = (0..10).map(|i| (vec![i, i + 1], 10_000)).collect();
+        // Ten nets of 100,000, one of 101 (above a thousandth of the heaviest), twenty of 100: together
+        // 1,002,101, so the light nets left out may weigh 1,002. Lightest first, ties by index: ten of the twenty.
+        let mut weighted: Vec<(Vec<u32>, u32)> = (0..10).map(|i| (vec![i, i + 1], 100_000)).collect();
         weighted.push((vec![0, 5], 101));
         weighted.extend((0..20).map(|i| (vec![i, i + 2], 100)));
         let hg = Hypergraph::with_weights(30, weighted.iter().map(|(p, w)| (p.as_slice(), *w))).unwrap();

@@ -435,7 +435,7 @@ fn rate(pins: &[u32], rep: &[u32], rating: &mut [f64], touched: &mut Vec<u32>, r
 /// The warm start on the coarsest level: vertices with a block keep it; the others, heaviest first (ties by
 /// index), go to the block with room that holds most of their nets' weight (ties to the most room), or to the
 /// block with the most room.
-fn complete_warm_start(hg: &Hg, k: usize, blocks: &[u16], caps: &[u64]) -> Vec<u16> {
+pub(super) fn complete_warm_start(hg: &Hg, k: usize, blocks: &[u16], caps: &[u64]) -> Vec<u16> {
     let mut part = blocks.to_vec();
     let mut load = vec![0u64; k];
     let mut on = vec![false; hg.m() * k];
