@@ -851,7 +851,8 @@ mod tests {
     fn a_decayed_history_is_partitioned_for_its_recent_nets() {
         // Four planted groups of 60 rows on heavy nets (recent windows), noise over all 280 rows on nets a
         // thousand times lighter (old windows): 40 rows are on light nets only. The light nets are left out,
-        // the rows they alone hold fill the room left, and the polish over every net keeps the caps.
+        // the rows they alone hold are placed beside their nets afterwards, and the polish over every net
+        // keeps the caps.
         let (_, heavy) = planted(3, 4, 60, 600, 0.0);
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let light: Vec<Vec<u32>> = (0..400)
