@@ -500,7 +500,11 @@ fn partition_nets<R: Rng>(
         Some(warm) if start == Start::VCycle => multilevel::vcycle(&fine, &caps, warm, &settings, rng),
         Some(warm) if start == Start::Polish => {
             let lp_only = multilevel::Settings { fm_passes: 0, ..settings };
-            let complete = multilevel::complete_warm_start(&fine, params.shards, warm, &caps);
+            let complete = if warm.contains(&UNASSIGNED) {
+                multilevel::complete_warm_start(&fine, params.shards, warm, &caps)
+            } else {
+                warm.to_vec()
+            };
             multilevel::refine(&fine, params.shards, complete, &caps, &lp_only, rng).0
         }
         warm => multilevel::multilevel(&fine, &caps, free, warm, &settings, rng),
