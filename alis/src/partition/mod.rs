@@ -434,8 +434,7 @@ fn partition_multilevel<R: Rng>(
             let mut part = partition_nets(hg, init, params, start, Some(&keep), rng);
             // The rows only negligible nets hold are placed again, beside their nets, by the polish.
             for (v, p) in part.iter_mut().enumerate() {
-                let nets = hg.nets_of(v);
-                if !nets.is_empty() && nets.iter().all(|&e| !keep[e as usize]) {
+                if !hg.nets_of(v).is_empty() && !on_a_kept_net(hg, Some(&keep), v) {
                     *p = UNASSIGNED;
                 }
             }
@@ -443,6 +442,11 @@ fn partition_multilevel<R: Rng>(
         }
         None => partition_nets(hg, init, params, start, None, rng),
     }
+}
+
+/// Whether vertex `v` is on a net that `keep` marks (any net when `None`).
+fn on_a_kept_net(hg: &Hypergraph, keep: Option<&[bool]>, v: usize) -> bool {
+    hg.nets_of(v).iter().any(|&e| keep.is_none_or(|kp| kp[e as usize]))
 }
 
 /// [`partition_multilevel`] on the nets `keep` marks (all when `None`): vertices on none of them are placed
@@ -457,8 +461,7 @@ fn partition_nets<R: Rng>(
 ) -> Vec<u16> {
     let k = params.shards;
     let n = hg.n_vertices;
-    let kept = |e: u32| keep.is_none_or(|kp| kp[e as usize]);
-    let on_a_net = |v: usize| hg.nets_of(v).iter().any(|&e| kept(e));
+    let on_a_net = |v: usize| on_a_kept_net(hg, keep, v);
     let mut part = vec![UNASSIGNED; n];
     let mut load = vec![0u64; k];
     // Isolated vertices with a warm start keep it while it has room; their room is not the others'.
@@ -478,7 +481,7 @@ fn partition_nets<R: Rng>(
     net_off.push(0);
     let mut pins = Vec::with_capacity(hg.n_pins());
     let mut nw = Vec::with_capacity(hg.n_nets());
-    for e in (0..hg.n_nets()).filter(|&e| kept(e as u32)) {
+    for e in (0..hg.n_nets()).filter(|&e| keep.is_none_or(|kp| kp[e])) {
         pins.extend(hg.net(e).iter().map(|&v| local[v as usize]));
         net_off.push(pins.len());
         nw.push(i64::from(hg.net_weights[e]));
