@@ -59,8 +59,10 @@ pub(super) struct Settings {
     pub lp_coarse: usize,
     /// FM passes at the coarser levels.
     pub fm_coarse: usize,
-    /// Moves without a new best after which an FM pass stops.
+    /// Moves without a new best after which an FM pass at the finest level stops.
     pub patience: usize,
+    /// Moves without a new best after which an FM pass at a coarser level, or of a bisection try, stops.
+    pub patience_coarse: usize,
     /// Seeded tries of the flat bisection on the coarsest level of a bisection.
     pub tries: usize,
     /// FM passes of each bisection try.
@@ -73,21 +75,30 @@ pub(super) struct Settings {
 impl Settings {
     /// The settings every strategy uses, with `fm_passes` FM passes at the finest level: four seeded
     /// bisection tries, label propagation (3 rounds at the finest level, 2 at coarser ones) and FM (one pass
-    /// at coarser levels, 100 moves of patience). Chosen on the hypergraphs of `docs/ALIS.md`'s streams against
-    /// Mt-KaHyPar: more tries and passes bought little quality for their time, while patience at the finest
-    /// level did (50 → 100 moves brought the worst cell from +7.7% to +4.6% of Mt-KaHyPar's km1 at about the
-    /// same time: a single row rarely gains alone, a run of moves lets FM carry a group of rows across).
+    /// at coarser levels; 300 moves of patience at the finest level, 100 at coarser levels and in the
+    /// bisection tries). Chosen on the hypergraphs of `docs/ALIS.md`'s streams against Mt-KaHyPar: more
+    /// tries and passes bought little quality for their time, while patience at the finest level did (50 →
+    /// 100 moves everywhere brought the worst cell from +7.7% to +4.6% of Mt-KaHyPar's km1, and 300 at the
+    /// finest level the worst of 42 cells from +5.5% to +4.6%, each at about the same time: a single row
+    /// rarely gains alone, a run of moves lets FM carry a group of rows across; on a coarse level a vertex
+    /// is already a group, and more patience there only cost time).
     pub fn standard(fm_passes: usize) -> Self {
         Settings {
             lp_rounds: 3,
             fm_passes,
             lp_coarse: 2,
             fm_coarse: fm_passes.min(1),
-            patience: 100,
+            patience: 300,
+            patience_coarse: 100,
             tries: 4,
             try_fm: 1,
             deep: false,
         }
+    }
+
+    /// These settings at a level coarser than the finest.
+    fn coarse(&self) -> Self {
+        Settings { lp_rounds: self.lp_coarse, fm_passes: self.fm_coarse, patience: self.patience_coarse, ..*self }
     }
 }
 
@@ -137,7 +148,7 @@ fn refine_up<R: Rng>(
 ) -> Vec<u16> {
     let k = caps.len();
     let coarsest: &Hg = levels.last().unwrap_or(hg);
-    let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
+    let mid = s.coarse();
     let mut part = refine(coarsest, k, part, caps, if levels.is_empty() { s } else { &mid }, rng).0;
     for i in (0..levels.len()).rev() {
         let fine: &Hg = if i == 0 { hg } else { &levels[i - 1] };
@@ -555,7 +566,7 @@ fn deep<R: Rng>(hg: &Hg, caps: &[u64], free: u64, s: &Settings, rng: &mut R) -> 
     let limit = CONTRACTION_PER_BLOCK * 2;
     let (levels, maps, _) = coarsen(hg, k, limit, None, rng);
     let mut groups = vec![Group { lo: 0, hi: k, cap: room(caps), total: hg.total_w.saturating_add(free) }];
-    let mid = Settings { lp_rounds: s.lp_coarse, fm_passes: s.fm_coarse, ..*s };
+    let mid = s.coarse();
     // Splits while the level has enough vertices per group: the coarsest level at least once, the finest
     // until every group is one block.
     let split = |h: &Hg, part: &mut Vec<u16>, groups: &mut Vec<Group>, finest: bool, rng: &mut R| {
@@ -645,7 +656,7 @@ fn bisect<R: Rng>(hg: &Hg, caps: &[u64], s: &Settings, rng: &mut R) -> Vec<u16> 
             _ => (Grow::Random, false),
         };
         let grown = grow(start.clone(), caps, how, fill, rng);
-        let s2 = Settings { fm_passes: s.try_fm, ..*s };
+        let s2 = Settings { fm_passes: s.try_fm, patience: s.patience_coarse, ..*s };
         let (part, km1, over) = refine_state(grown, caps, &s2, rng);
         if best.as_ref().is_none_or(|(bo, bk, _)| (over, km1) < (*bo, *bk)) {
             best = Some((over, km1, part));
