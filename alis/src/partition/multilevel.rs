@@ -78,10 +78,10 @@ impl Settings {
     /// at coarser levels; 300 moves of patience at the finest level, 100 at coarser levels and in the
     /// bisection tries). Chosen on the hypergraphs of `docs/ALIS.md`'s streams against Mt-KaHyPar: more
     /// tries and passes bought little quality for their time, while patience at the finest level did (50 →
-    /// 100 moves everywhere brought the worst cell from +7.7% to +4.6% of Mt-KaHyPar's km1, and 300 at the
-    /// finest level the worst of 42 cells from +5.5% to +4.6%, each at about the same time: a single row
-    /// rarely gains alone, a run of moves lets FM carry a group of rows across; on a coarse level a vertex
-    /// is already a group, and more patience there only cost time).
+    /// 100 moves everywhere brought the worst cell from +7.7% to +4.6% of Mt-KaHyPar's km1 at about the same
+    /// time, and 300 at the finest level the worst of 42 cells from +5.5% to +4.6% at 1.10× the time: a
+    /// single row rarely gains alone, a run of moves lets FM carry a group of rows across; on a coarse level
+    /// a vertex is already a group, and 300 moves there too cost more time for about the same km1).
     pub fn standard(fm_passes: usize) -> Self {
         Settings {
             lp_rounds: 3,
