@@ -5,8 +5,10 @@
 //! block), that is `benefit(v) − wsum(v) + conn(v, b)` with `benefit` the weight of v's nets where v is its
 //! block's only pin, `wsum` the weight of all its nets and `conn(v, b)` the weight of its nets already on
 //! `b`. A gain cache keeps `benefit` and `conn` per vertex and updates them by deltas when a net's pin count
-//! on a block crosses 0, 1 or 2, so a gain costs O(1) and a move O(pins of the moved vertex's nets whose
-//! counts cross). All gains are integers: the result is the same on every target.
+//! on a block crosses 0, 1 or 2, so a gain costs O(1) and a move O(pins of the moved vertex's nets that
+//! leave a block or reach a new one): where a count falls to 1 or rises to 2, the one pin whose `benefit`
+//! changes is read from the XOR of the pin ids kept beside every count. All gains are integers: the result
+//! is the same on every target.
 //!
 //! - [`PartState::label_propagation`]: rounds over the boundary vertices in random order, each moved to its best
 //!   block with room when that gains.
@@ -52,6 +54,13 @@ impl Move {
     }
 }
 
+/// A net's pins on one block: how many, and the XOR of their ids.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pins {
+    count: u32,
+    xor: u32,
+}
+
 /// Gain cache: per vertex `benefit`, `wsum` and `conn` per block.
 #[derive(Debug, Clone)]
 struct Cache {
@@ -67,8 +76,10 @@ pub(super) struct PartState<'a> {
     pub k: usize,
     pub part: Vec<u16>,
     pub load: Vec<u64>,
-    /// Pins of every net per block (`m × k`).
-    phi: Vec<u32>,
+    /// Per net and block (`m × k`): the net's pins on the block, and the XOR of their ids (where a net has
+    /// one pin left on a block, that pin, found without a pass over the net). Side by side, so a move reads
+    /// both from one cache line.
+    phi: Vec<Pins>,
     /// Blocks every net touches.
     lambda: Vec<u32>,
     cache: Option<Cache>,
@@ -89,7 +100,7 @@ impl<'a> PartState<'a> {
         for (v, &b) in part.iter().enumerate() {
             load[b as usize] += hg.vw[v];
         }
-        let mut phi = vec![0u32; hg.m() * k];
+        let mut phi = vec![Pins::default(); hg.m() * k];
         let mut lambda = vec![0u32; hg.m()];
         let mut cache = (hg.n().saturating_mul(k) <= CACHE_ENTRIES).then(|| Cache {
             benefit: vec![0; hg.n()],
@@ -103,19 +114,20 @@ impl<'a> PartState<'a> {
             let pins = hg.net(e);
             for &p in pins {
                 let c = &mut row[part[p as usize] as usize];
-                if *c == 0 {
+                if c.count == 0 {
                     lambda[e] += 1;
                 }
-                *c += 1;
+                c.count += 1;
+                c.xor ^= p;
             }
             let Some(c) = cache.as_mut() else { continue };
             let w = hg.nw[e];
             blocks.clear();
-            blocks.extend((0..k).filter(|&t| row[t] > 0));
+            blocks.extend((0..k).filter(|&t| row[t].count > 0));
             for &u in pins {
                 let u = u as usize;
                 c.wsum[u] += w;
-                if row[part[u] as usize] == 1 {
+                if row[part[u] as usize].count == 1 {
                     c.benefit[u] += w;
                 }
                 let conn = &mut c.conn[u * k..(u + 1) * k];
@@ -191,7 +203,7 @@ impl<'a> PartState<'a> {
             .iter()
             .map(|&e| {
                 let row = &self.phi[e as usize * k..(e as usize + 1) * k];
-                self.hg.nw[e as usize] * (i64::from(row[t]) - i64::from(row[a]) + 1)
+                self.hg.nw[e as usize] * (i64::from(row[t].count) - i64::from(row[a].count) + 1)
             })
             .sum()
     }
@@ -223,11 +235,11 @@ impl<'a> PartState<'a> {
                 let we = self.hg.nw[e as usize];
                 let row = &self.phi[e as usize * k..(e as usize + 1) * k];
                 wsum += we;
-                if row[a] == 1 {
+                if row[a].count == 1 {
                     benefit += we;
                 }
-                for (x, &n) in self.scratch.iter_mut().zip(row) {
-                    if n > 0 {
+                for (x, n) in self.scratch.iter_mut().zip(row) {
+                    if n.count > 0 {
                         *x += we;
                     }
                 }
@@ -310,9 +322,11 @@ impl<'a> PartState<'a> {
             let e = e as usize;
             let we = hg.nw[e];
             let row = &mut self.phi[e * k..(e + 1) * k];
-            row[a] -= 1;
-            row[b] += 1;
-            let (pa, pb) = (row[a], row[b]);
+            row[a].count -= 1;
+            row[a].xor ^= v as u32;
+            row[b].count += 1;
+            row[b].xor ^= v as u32;
+            let (pa, pb, xa, xb) = (row[a].count, row[b].count, row[a].xor, row[b].xor);
             if pa == 0 {
                 self.lambda[e] -= 1;
             }
@@ -332,16 +346,13 @@ impl<'a> PartState<'a> {
                     c.conn[u as usize * k + a] -= we;
                 }
             } else if pa == 1 {
-                for &u in hg.net(e) {
-                    if self.part[u as usize] as usize == a {
-                        c.benefit[u as usize] += we;
-                        if track {
-                            let stamp = &mut self.stamp_all[u as usize];
-                            if *stamp != self.now {
-                                *stamp = self.now;
-                                self.affected.push((u, k as u16));
-                            }
-                        }
+                // The one pin left on a: its move now frees the net from a.
+                c.benefit[xa as usize] += we;
+                if track {
+                    let stamp = &mut self.stamp_all[xa as usize];
+                    if *stamp != self.now {
+                        *stamp = self.now;
+                        self.affected.push((xa, k as u16));
                     }
                 }
             }
@@ -357,11 +368,8 @@ impl<'a> PartState<'a> {
                     }
                 }
             } else if pb == 2 {
-                for &u in hg.net(e) {
-                    if u as usize != v && self.part[u as usize] as usize == b {
-                        c.benefit[u as usize] -= we;
-                    }
-                }
+                // The pin on b beside v no longer frees the net from b alone.
+                c.benefit[(xb ^ v as u32) as usize] -= we;
             }
             c.benefit[v] += we * (i64::from(pb == 1) - i64::from(pa == 0));
         }
@@ -404,13 +412,13 @@ impl<'a> PartState<'a> {
         }
     }
 
-    /// Queues every move of `v` to a block one of its nets touches.
-    fn queue_moves(&self, v: usize, tie: u32, heaps: &mut [BinaryHeap<(i64, u32, u32)>]) {
+    /// Queues every move of `v` to a block one of its nets touches (`Q`: a heap, or a list to heapify).
+    fn queue_moves<Q: Extend<(i64, u32, u32)>>(&self, v: usize, tie: u32, heaps: &mut [Q]) {
         let Some(c) = &self.cache else { return };
         let a = self.part[v] as usize;
         for (t, heap) in heaps.iter_mut().enumerate() {
             if t != a && c.conn[v * self.k + t] > 0 {
-                heap.push((self.cached_gain(v, t), tie, v as u32));
+                heap.extend([(self.cached_gain(v, t), tie, v as u32)]);
             }
         }
     }
@@ -427,13 +435,16 @@ impl<'a> PartState<'a> {
         }
         let (n, k) = (self.hg.n(), self.k);
         let mut locked = vec![false; n];
-        let mut heaps: Vec<BinaryHeap<(i64, u32, u32)>> = (0..k).map(|_| BinaryHeap::new()).collect();
         let tie: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
+        // The first moves of every boundary vertex, heapified at once (O(n), not O(n log n) pushes). Keys end
+        // in the vertex, so no two moves compare equal and the order of the pops is the keys' alone.
+        let mut first: Vec<Vec<(i64, u32, u32)>> = vec![Vec::new(); k];
         for (v, &tv) in tie.iter().enumerate() {
             if self.is_boundary(v) {
-                self.queue_moves(v, tv, &mut heaps);
+                self.queue_moves(v, tv, &mut first);
             }
         }
+        let mut heaps: Vec<BinaryHeap<(i64, u32, u32)>> = first.into_iter().map(BinaryHeap::from).collect();
         let mut moves: Vec<(u32, u16)> = Vec::new();
         let (mut cum, mut best, mut best_len) = (0i64, 0i64, 0usize);
         self.track = true;
