@@ -77,8 +77,8 @@ pub(super) struct PartState<'a> {
     pub part: Vec<u16>,
     pub load: Vec<u64>,
     /// Per net and block (`m × k`): the net's pins on the block, and the XOR of their ids (where a net has
-    /// one pin left on a block, that pin, found without a pass over the net). Side by side, so a move reads
-    /// both from one cache line.
+    /// one pin left on a block, that pin, found without a pass over the net), side by side: a move updates
+    /// both.
     phi: Vec<Pins>,
     /// Blocks every net touches.
     lambda: Vec<u32>,
