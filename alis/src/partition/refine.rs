@@ -292,10 +292,7 @@ impl<'a> PartState<'a> {
     /// Records that the gain of `u` to block `t` (to every block when `t == k`) may have risen.
     fn raise(&mut self, u: u32, t: usize) {
         let stamp = if t == self.k { &mut self.stamp_all } else { &mut self.stamp };
-        if stamp[u as usize] != self.now {
-            stamp[u as usize] = self.now;
-            self.affected.push((u, t as u16));
-        }
+        mark(stamp, self.now, &mut self.affected, u, t as u16);
     }
 
     /// Moves `v` to block `b`, updating loads, pin counts and the gain cache. With tracking on, `affected`
@@ -349,22 +346,14 @@ impl<'a> PartState<'a> {
                 // The one pin left on a: its move now frees the net from a.
                 c.benefit[xa as usize] += we;
                 if track {
-                    let stamp = &mut self.stamp_all[xa as usize];
-                    if *stamp != self.now {
-                        *stamp = self.now;
-                        self.affected.push((xa, k as u16));
-                    }
+                    mark(&mut self.stamp_all, self.now, &mut self.affected, xa, k as u16);
                 }
             }
             if pb == 1 {
                 for &u in hg.net(e) {
                     c.conn[u as usize * k + b] += we;
                     if track && u as usize != v {
-                        let stamp = &mut self.stamp[u as usize];
-                        if *stamp != self.now {
-                            *stamp = self.now;
-                            self.affected.push((u, b as u16));
-                        }
+                        mark(&mut self.stamp, self.now, &mut self.affected, u, b as u16);
                     }
                 }
             } else if pb == 2 {
@@ -544,6 +533,15 @@ impl<'a> PartState<'a> {
             }
         }
         self.overload(caps) == 0
+    }
+}
+
+/// Adds `(u, t)` to `affected` unless `stamp` shows `u` added already in move `now` (the stamps of the
+/// vertices' single-block raises, or of their every-block raises).
+fn mark(stamp: &mut [u32], now: u32, affected: &mut Vec<(u32, u16)>, u: u32, t: u16) {
+    if stamp[u as usize] != now {
+        stamp[u as usize] = now;
+        affected.push((u, t));
     }
 }
 
