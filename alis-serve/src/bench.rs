@@ -88,6 +88,43 @@ pub struct BenchConfig {
     /// Rows per migration call, 1..=[`MIGRATION_CALL_ROWS`] (the binary uses the largest; tests use fewer
     /// so that a small stream's migrations span many calls).
     pub migration_call_rows: usize,
+    /// Scheduling priority of the controller thread (strategy updates and migrations).
+    pub controller_priority: ControllerPriority,
+}
+
+/// Scheduling priority of the controller thread, which runs the strategy's updates and the migrations on
+/// the same cores as the router and the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ControllerPriority {
+    /// The priority it is started with (the process's).
+    #[default]
+    Normal,
+    /// The lowest of its scheduling policy (nice 19 on Linux): an update runs when the router and the
+    /// servers leave a core free, and gives way to them as soon as they wake.
+    Low,
+}
+
+impl ControllerPriority {
+    /// The name the command line takes.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerPriority::Normal => "normal",
+            ControllerPriority::Low => "low",
+        }
+    }
+
+    /// Sets the calling thread's priority (nothing for `Normal`).
+    fn apply(self) -> anyhow::Result<()> {
+        match self {
+            ControllerPriority::Normal => Ok(()),
+            ControllerPriority::Low => {
+                thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min)
+                    .map_err(|e| anyhow::anyhow!("setting the controller thread's priority to low: {e:?}"))
+            }
+        }
+    }
 }
 
 /// A deliberate break of the migration protocol.
@@ -742,9 +779,11 @@ async fn run_on(
         let kill_prob = bench.kill_prob;
         let fault = bench.fault;
         let call_rows = bench.migration_call_rows;
+        let priority = bench.controller_priority;
         std::thread::Builder::new()
             .name("controller".into())
             .spawn(move || -> anyhow::Result<ControllerOut> {
+                priority.apply()?;
                 let mut strat = make_strategy(&strategy, &cfg)?;
                 let mut c = Controller {
                     router,
@@ -940,6 +979,34 @@ async fn run_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's nice value, from `/proc/thread-self/stat` (field 19; the command name in
+    /// parentheses may hold spaces, so fields are counted after its closing parenthesis).
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_else(|e| panic!("{e}"));
+        let after = &stat[stat.rfind(')').unwrap_or_else(|| panic!("no command name in {stat}")) + 2..];
+        // After the name: state (field 3) … nice (field 19).
+        after.split_whitespace().nth(16).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("stat {stat}"))
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_low_priority_controller_runs_at_nice_19_and_normal_leaves_it() {
+        let (normal, low) = std::thread::spawn(|| {
+            let before = own_nice();
+            ControllerPriority::Normal.apply().unwrap_or_else(|e| panic!("{e}"));
+            let normal = own_nice();
+            assert_eq!(normal, before);
+            ControllerPriority::Low.apply().unwrap_or_else(|e| panic!("{e}"));
+            (normal, own_nice())
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the thread panicked"));
+        assert_eq!(low, 19, "normal was {normal}");
+        // Only that thread was lowered.
+        assert_eq!(own_nice(), normal);
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alis::{STRATEGY_NAMES, StrategyConfig, Stream, SyntheticParams};
-use alis_serve::bench::{self, BenchConfig, CellReport, Load};
+use alis_serve::bench::{self, BenchConfig, CellReport, ControllerPriority, Load};
 use alis_serve::server::{self, ServerConfig};
 use alis_serve::wire::MAX_DIM;
 use anyhow::{Context, bail};
@@ -111,6 +111,11 @@ struct BenchArgs {
     /// Probability that a migration gets a server killed (SIGKILL) at a random step, then restarted.
     #[arg(long, default_value_t = 0.0)]
     kill_prob: f64,
+    /// Scheduling priority of the controller thread, which runs every update and migration on the cores
+    /// the router and the servers use: `normal` (the process's) or `low` (the lowest of its policy, nice 19
+    /// on Linux).
+    #[arg(long, value_enum, default_value_t = ControllerPriority::Normal)]
+    controller_priority: ControllerPriority,
     /// A request not fully answered within this time (retries included) counts as failed, seconds.
     #[arg(long, default_value_t = 30.0)]
     request_limit_s: f64,
@@ -231,6 +236,7 @@ struct Report<'a> {
     lanes: usize,
     duration_s: f64,
     kill_prob: f64,
+    controller_priority: ControllerPriority,
     config: StrategyConfig,
     machine: Machine,
     cells: &'a [CellReport],
@@ -454,6 +460,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
                         request_limit: Duration::from_secs_f64(a.request_limit_s),
                         fault: None,
                         migration_call_rows: alis_serve::wire::MIGRATION_CALL_ROWS,
+                        controller_priority: a.controller_priority,
                     };
                     let mut r = rt
                         .block_on(bench::run(stream.clone(), p, cfg, &bc))
@@ -488,7 +495,8 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
     outcome?;
     println!(
         "Stream: {source}\n{n_req} requests, {n_rows} rows, windows of {window_requests} requests, dim {}, {} load, \
-         {} lanes, kill probability {} per migration; loopback on this machine ({} cores).\n",
+         {} lanes, kill probability {} per migration, controller priority {}; loopback on this machine ({} \
+         cores).\n",
         a.dim,
         match load {
             Load::Closed { concurrency } => format!("closed-loop {concurrency}-client"),
@@ -496,6 +504,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
         },
         a.lanes,
         a.kill_prob,
+        a.controller_priority.name(),
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     println!("{}", alis_serve::report::markdown(&cells));
@@ -509,6 +518,7 @@ fn run_bench(a: &BenchArgs) -> anyhow::Result<()> {
             lanes: a.lanes,
             duration_s: a.duration_s,
             kill_prob: a.kill_prob,
+            controller_priority: a.controller_priority,
             config: base,
             machine: Machine {
                 cpu: shardplan_files::cpu_model(),

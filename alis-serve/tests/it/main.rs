@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alis::{LatencyModel, ReplayConfig, StrategyConfig, Stream, SyntheticParams};
-use alis_serve::bench::{self, BenchConfig, CellReport, Fault, Load};
+use alis_serve::bench::{self, BenchConfig, CellReport, ControllerPriority, Fault, Load};
 
 const EXE: &str = env!("CARGO_BIN_EXE_shardplan-serve");
 
@@ -44,6 +44,7 @@ fn config(kill_prob: f64, load: Load, name: &str) -> BenchConfig {
         request_limit: Duration::from_mins(1),
         fault: None,
         migration_call_rows: alis_serve::wire::MIGRATION_CALL_ROWS,
+        controller_priority: ControllerPriority::Normal,
     }
 }
 
@@ -106,6 +107,20 @@ fn four_servers_serve_every_request_while_rows_migrate() {
             assert!(r.migrated_total > 100, "{strategy} moved only {} rows", r.migrated_total);
         }
     }
+}
+
+#[test]
+fn a_low_priority_controller_makes_the_same_migrations() {
+    // The controller at the lowest priority still applies every update, and moves exactly the rows the
+    // replay counts, with every lookup answered right.
+    let bc = BenchConfig {
+        controller_priority: ControllerPriority::Low,
+        ..config(0.0, Load::Closed { concurrency: 8 }, "low-priority")
+    };
+    let r = run_with("alis", 4, &bc);
+    assert_clean(&r);
+    assert_eq!(r.updates, 6);
+    assert_eq!(r.migrated_rows, replay_migrations("alis", 4));
 }
 
 #[test]
