@@ -232,11 +232,67 @@ impl Plan {
         self.pieces.chunk_by(|a, b| a.table_id == b.table_id)
     }
 
+    /// The plan with co-located column pieces merged: two pieces of one table on the same device that are
+    /// the aligned halves of a wider piece (what a search's halving makes) become that piece, again and
+    /// again, wherever the table's split stays valid under `task.splits` (under [`SplitRule::TorchRec`]
+    /// only when every block of the table pairs up on one device, so that the blocks stay equal). A device
+    /// then holds the same columns of the same rows in fewer pieces: the same bytes, and one lookup of each
+    /// row where it took two. A table whose pieces all merge on one device is unsplit.
+    pub fn coalesced(&self, task: &Task) -> Result<Self> {
+        let mut pieces = Vec::with_capacity(self.pieces.len());
+        for group in self.table_groups() {
+            if group.len() < 2 || group[0].rows.is_some() {
+                pieces.extend_from_slice(group);
+                continue;
+            }
+            let mut g = group.to_vec();
+            while let Some(merged) = merge_buddies(task, &g) {
+                g = merged;
+            }
+            pieces.extend(g);
+        }
+        Self::new(task, pieces)
+    }
+
     /// Refuses, naming the table and its pieces, a plan TorchRec cannot build ([`SplitRule::TorchRec`]),
     /// whatever rule `task` was planned under.
     pub fn check_torchrec_buildable(&self, task: &Task) -> Result<()> {
         self.table_groups().try_for_each(|g| check_torchrec_group(task, g))
     }
+}
+
+/// One round of [`Plan::coalesced`] on one table's column pieces (a valid split, sorted by column): the split
+/// with co-located aligned buddies merged (under [`SplitRule::Any`] the first such pair; under
+/// [`SplitRule::TorchRec`] every pair at once, or none), or `None` when no merge keeps the split valid.
+fn merge_buddies(task: &Task, group: &[Piece]) -> Option<Vec<Piece>> {
+    let buddies = |a: &Piece, b: &Piece| {
+        a.device == b.device
+            && a.dim == b.dim
+            && b.col_offset == a.col_offset + a.dim
+            && a.col_offset.is_multiple_of(2 * a.dim)
+    };
+    let merge = |a: &Piece| Piece::cols(a.table_id, a.col_offset, 2 * a.dim, a.device);
+    let valid = |g: &[Piece]| {
+        check_col_split(task, g).is_ok()
+            && (task.splits != SplitRule::TorchRec || check_torchrec_group(task, g).is_ok())
+    };
+    if task.splits == SplitRule::TorchRec {
+        let pairs = group.chunks_exact(2);
+        if !group.len().is_multiple_of(2) || !pairs.clone().all(|p| buddies(&p[0], &p[1])) {
+            return None;
+        }
+        let merged: Vec<Piece> = pairs.map(|p| merge(&p[0])).collect();
+        return valid(&merged).then_some(merged);
+    }
+    (0..group.len() - 1).find_map(|i| {
+        if !buddies(&group[i], &group[i + 1]) {
+            return None;
+        }
+        let mut merged = group.to_vec();
+        merged[i] = merge(&group[i]);
+        merged.remove(i + 1);
+        valid(&merged).then_some(merged)
+    })
 }
 
 /// One table's pieces (a valid split, sorted) against TorchRec's layouts: column pieces of one width, row
@@ -366,6 +422,39 @@ mod tests {
 
     fn r(table_id: usize, dim: u32, device: usize, offset: u64, count: u64) -> Piece {
         Piece::row_range(table_id, dim, device, offset, count)
+    }
+
+    #[test]
+    fn coalescing_merges_aligned_halves_on_one_device_and_nothing_else() {
+        let t = task();
+        let pieces_of = |plan: &Plan| plan.pieces().to_vec();
+        let coalesce = |t: &Task, pieces: Vec<Piece>| pieces_of(&Plan::new(t, pieces).unwrap().coalesced(t).unwrap());
+        // Four blocks of 8 on devices 0, 0, 1, 1: two pieces of 16.
+        let four = |d: [usize; 4]| (0..4).map(|i| p(0, 8 * i as u32, 8, d[i])).chain([p(1, 0, 8, 0)]).collect();
+        assert_eq!(coalesce(&t, four([0, 0, 1, 1])), vec![p(0, 0, 16, 0), p(0, 16, 16, 1), p(1, 0, 8, 0)]);
+        // Halves that are not buddies (8..16 and 16..24 are not the halves of one aligned piece) stay.
+        assert_eq!(coalesce(&t, four([0, 1, 1, 0])), four([0, 1, 1, 0]));
+        // A halving whose pieces all sit on one device merges back into the whole table.
+        let whole = coalesce(&t, vec![p(0, 0, 16, 1), p(0, 16, 8, 1), p(0, 24, 8, 1), p(1, 0, 8, 0)]);
+        assert_eq!(whole, vec![p(0, 0, 32, 1), p(1, 0, 8, 0)]);
+        // Row pieces are never touched.
+        let rows = vec![r(0, 32, 0, 0, 50), r(0, 32, 0, 50, 50), p(1, 0, 8, 0)];
+        assert_eq!(coalesce(&t, rows.clone()), Plan::new(&t, rows).unwrap().pieces().to_vec());
+        // Under TorchRec's rule blocks stay equal: every pair merges, or none does.
+        let tr = task().with_splits(SplitRule::TorchRec);
+        assert_eq!(coalesce(&tr, four([0, 0, 1, 1])), vec![p(0, 0, 16, 0), p(0, 16, 16, 1), p(1, 0, 8, 0)]);
+        assert_eq!(coalesce(&tr, four([0, 0, 1, 0])), four([0, 0, 1, 0]));
+        // Equal blocks that are not a halving (384 = 3 x 128) cannot merge two of three.
+        let t384 = Task::new(
+            vec![
+                TableSpec::new("t", "c".into(), 10, 384, 1.0, [0.0; NUM_BINS], ElementType::Fp32, OptimizerState::None)
+                    .unwrap(),
+            ],
+            Devices::uniform(2, 1 << 20).unwrap(),
+        )
+        .unwrap();
+        let thirds = vec![p(0, 0, 128, 0), p(0, 128, 128, 0), p(0, 256, 128, 1)];
+        assert_eq!(coalesce(&t384, thirds.clone()), thirds);
     }
 
     #[test]

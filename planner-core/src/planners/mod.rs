@@ -237,6 +237,31 @@ pub trait Planner {
     }
 }
 
+/// A planner's plan with its co-located column pieces merged ([`Plan::coalesced`]): the devices hold the
+/// same bytes in fewer pieces, and no cost model is asked.
+pub struct Coalesced {
+    name: &'static str,
+    inner: Box<dyn Planner>,
+}
+
+impl Planner for Coalesced {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn plan(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        self.inner.plan(task, ctx)?.coalesced(task)
+    }
+
+    fn plan_best_effort(&self, task: &Task, ctx: &PlanContext<'_>) -> Result<Plan> {
+        self.inner.plan_best_effort(task, ctx)?.coalesced(task)
+    }
+
+    fn last_stats(&self) -> Option<SearchStats> {
+        self.inner.last_stats()
+    }
+}
+
 /// A registered planner.
 pub struct PlannerEntry {
     /// Name used on the command line and in reports.
@@ -315,6 +340,14 @@ pub const REGISTRY: &[PlannerEntry] = &[
         is_seed_baseline: false,
         make: || {
             Box::new(refine::Refined::placement_only("neuroshard+place", Box::new(neuroshard::NeuroShard::default())))
+        },
+    },
+    PlannerEntry {
+        name: "neuroshard+coalesce",
+        summary: "neuroshard, then every pair of aligned column halves on one device merged into one piece (the same bytes, one lookup per row where it took two)",
+        is_seed_baseline: false,
+        make: || {
+            Box::new(Coalesced { name: "neuroshard+coalesce", inner: Box::new(neuroshard::NeuroShard::default()) })
         },
     },
     PlannerEntry {
