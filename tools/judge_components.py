@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_repeatability import kendall_tau, plan_cost  # noqa: E402  (the judge's own arithmetic)
+from judge_repeatability import cell_folders, kendall_tau, plan_cost  # noqa: E402  (the judge's own arithmetic)
 from judge_reprice import reference_ms  # noqa: E402  (the profile's reference speed, as the re-pricing reads it)
 
 KINDS = ("column piece", "row piece", "whole tables only")
@@ -141,10 +141,7 @@ def tau_of(tasks, take, kinds):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n\n")[1])
-    root = Path(sys.argv[1])
-    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
-    if not cells:
-        sys.exit(f"no cell folders in {root}")
+    cells = cell_folders(Path(sys.argv[1]))
     rows = {name: [] for name, _, _ in VARIANTS}
     for cell in cells:
         tasks = load(cell)

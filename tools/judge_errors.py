@@ -15,7 +15,7 @@ correlation of their log(measured / predicted compute), each task's mean taken o
 day), by the cosine of what they hold (per table, its pieces' lookups × width, as `cost::piece_weight`
 weighs them; 0: no table in common, 1: the same tables in the same proportions, as a row-wise plan's
 devices). Before that last table, the searched planners' (`neuroshard*`, `auto`) device compute against
-the others', by pieces held and memory fill. Standard library only.
+the others', by pieces held and memory fill. Standard library and `judge_repeatability.py` (beside it) only.
 """
 
 import json
@@ -23,6 +23,9 @@ import math
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_repeatability import cell_folders  # noqa: E402  (the bench folder's layout, read one way)
 
 
 def gmean(values):
@@ -32,10 +35,7 @@ def gmean(values):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n\n")[1])
-    root = Path(sys.argv[1])
-    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
-    if not cells:
-        sys.exit(f"no cell folders in {root}")
+    cells = cell_folders(Path(sys.argv[1]))
     for cell in cells:
         by_planner = {}
         measured_files = sorted(cell.glob("task*.measured.json"))

@@ -92,6 +92,14 @@ def plan_label(prefix, p):
     return p["planner"].replace("+", "-")
 
 
+def cell_folders(root: Path):
+    """The cell folders of a `bench-plans` folder, sorted; stops with a message when there are none."""
+    cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []
+    if not cells:
+        sys.exit(f"no cell folders in {root}")
+    return cells
+
+
 def shared_cells(a_root: Path, b_root: Path):
     """The cell folders two runs both have, sorted; stops with a message when a run is not a folder or
     none is shared."""
