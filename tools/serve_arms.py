@@ -30,10 +30,9 @@ FIGURES = (
 COUNTERS = ("misses", "wrong_values", "failed_requests", "stale_lookups", "stale_copies", "lost_rows", "wrong_at_rest", "stray_rows")
 
 
-def figure(cell, key):
-    """A run's figure; `update_ms` is recorded per update, so its mean is taken."""
-    v = cell[key]
-    return statistics.mean(v) if isinstance(v, list) and v else (0.0 if isinstance(v, list) else v)
+def spread(values, fmt):
+    """`median [min–max]` of a figure over runs."""
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
 
 def load(files):
@@ -67,11 +66,9 @@ def main():
         xa, xb = ra[key], rb[key]
         cols = []
         for fig, _, fmt in FIGURES:
-            va, vb = [figure(c, fig) for c in xa], [figure(c, fig) for c in xb]
+            va, vb = [c[fig] for c in xa], [c[fig] for c in xb]
             lower = sum(y < x for x, y in itertools.product(va, vb))
-            med = lambda v: fmt.format(statistics.median(v))  # noqa: E731
-            rng = lambda v: f"{fmt.format(min(v))}–{fmt.format(max(v))}"  # noqa: E731
-            cols.append(f"{med(va)} [{rng(va)}] → {med(vb)} [{rng(vb)}] ({lower}/{len(va) * len(vb)})")
+            cols.append(f"{spread(va, fmt)} → {spread(vb, fmt)} ({lower}/{len(va) * len(vb)})")
         print(f"| {key[0]} | {key[1]} | {len(xa)} + {len(xb)} | " + " | ".join(cols) + " |")
     every = [c for r in (ra, rb) for runs in r.values() for c in runs]
     print(f"\n{len(every)} runs, {sum(c.get('checks', 0) for c in every)} inventory checks: "
