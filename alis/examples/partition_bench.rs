@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Each hypergraph is partitioned `--reps` times from the same seed (the replay's: the stream's seed) and
-//! the median time is kept, as `--dump-dir` does. `--each` prints every hypergraph's km1 and gap to stderr. Wall time of one thread: run it on a quiet machine.
+//! the median time is kept, as `--dump-dir` does. `--each` prints every hypergraph's km1, gap and a hash of its partition to stderr. Wall time of one thread: run it on a quiet machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -131,8 +131,12 @@ fn main() -> Res<()> {
             let (theirs, their_ms) =
                 mtk.get(&(scope.clone(), seed, update, shards as u64)).copied().unwrap_or((f64::NAN, f64::NAN));
             if each {
+                // FNV-1a over the blocks: two builds that print the same hash made the same partition.
+                let hash = part
+                    .iter()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
                 eprintln!(
-                    "{scope} seed {seed} update {update} S {shards}: rows {n} nets {} km1 {ours:.0} Mt-KaHyPar {theirs:.0} gap {:+.1}%",
+                    "{scope} seed {seed} update {update} S {shards}: rows {n} nets {} km1 {ours:.0} Mt-KaHyPar {theirs:.0} gap {:+.1}% partition {hash:016x}",
                     nets.len(),
                     100.0 * (ours / theirs - 1.0)
                 );

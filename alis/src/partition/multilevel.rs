@@ -692,7 +692,9 @@ fn grow<'a, R: Rng>(mut st: PartState<'a>, caps: &[u64], how: Grow, fill: bool, 
     }
     // Seeds are taken in `order`; `next_seed` walks it.
     let mut next_seed = 0usize;
-    let mut heap: std::collections::BinaryHeap<((i64, i64), u32, u32)> = std::collections::BinaryHeap::new();
+    // Keyed by gain alone: a move's gathering score is 0 outside label propagation.
+    let mut heap: std::collections::BinaryHeap<(i64, u32, u32)> = std::collections::BinaryHeap::new();
+    let mut affected: Vec<(u32, u16)> = Vec::new();
     let mut queue: VecDeque<u32> = VecDeque::new();
     let tie: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
     let mut queued = vec![false; n];
@@ -706,7 +708,7 @@ fn grow<'a, R: Rng>(mut st: PartState<'a>, caps: &[u64], how: Grow, fill: bool, 
                 if !fits(&st, v) {
                     continue;
                 }
-                let g_now = st.best_move(v, caps).map_or((i64::MIN, i64::MIN), |m| (m.gain, m.gather));
+                let g_now = st.best_move(v, caps).map_or(i64::MIN, |m| m.gain);
                 if g_now == g {
                     break Some(v);
                 }
@@ -732,7 +734,8 @@ fn grow<'a, R: Rng>(mut st: PartState<'a>, caps: &[u64], how: Grow, fill: bool, 
             order[next_seed] as usize
         };
         st.apply(v, 0);
-        for (u, _) in st.take_affected() {
+        st.swap_affected(&mut affected);
+        for &(u, _) in &affected {
             let ui = u as usize;
             if st.part[ui] != 1 {
                 continue;
@@ -740,7 +743,7 @@ fn grow<'a, R: Rng>(mut st: PartState<'a>, caps: &[u64], how: Grow, fill: bool, 
             match how {
                 Grow::Greedy => {
                     if let Some(m) = st.best_move(ui, caps) {
-                        heap.push(((m.gain, m.gather), tie[ui], u));
+                        heap.push((m.gain, tie[ui], u));
                     }
                 }
                 _ => {

@@ -159,9 +159,10 @@ impl<'a> PartState<'a> {
         self.affected.clear();
     }
 
-    /// The (vertex, block) pairs whose gain the last move raised (tracking on; block `k` = every block).
-    pub fn take_affected(&mut self) -> Vec<(u32, u16)> {
-        std::mem::take(&mut self.affected)
+    /// Swaps the (vertex, block) pairs whose gain the last move raised (tracking on; block `k` = every block)
+    /// into `buf`, leaving `buf`'s old contents, whose memory the next move reuses, in their place.
+    pub fn swap_affected(&mut self, buf: &mut Vec<(u32, u16)>) {
+        std::mem::swap(&mut self.affected, buf);
     }
 
     /// Whether refinement may use FM (the gain cache exists).
