@@ -194,6 +194,28 @@ impl Stream {
     }
 }
 
+/// The largest stream file the binaries read (1 GiB): larger is refused before it is read whole.
+pub const MAX_STREAM_FILE_BYTES: u64 = 1 << 30;
+
+/// The stream file extensions [`parse_named`] reads, in its error message's words.
+pub const STREAM_EXTENSIONS: &str = ".jsonl, .json, .ndjson, .csv";
+
+/// Parses a stream file's text in the format its name's extension says (case-insensitive): `.jsonl`,
+/// `.json` and `.ndjson` are JSON Lines ([`parse_jsonl`]), `.csv` is CSV ([`parse_csv`]); any other
+/// extension is refused naming it. `name` is only looked at, never opened: reading is the caller's.
+pub fn parse_named(name: &str, text: &str) -> Result<Stream, AlisError> {
+    let ext = std::path::Path::new(name).extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "csv" => parse_csv(text),
+        "jsonl" | "json" | "ndjson" => parse_jsonl(text),
+        other => Err(AlisError::InvalidParam {
+            field: "stream file extension",
+            value: format!("{other:?}"),
+            allowed: STREAM_EXTENSIONS.into(),
+        }),
+    }
+}
+
 /// Parses the JSON Lines stream format: one object per non-empty line,
 /// `{"request_id": 7, "time": 12.5, "row_ids": [3, 9, 4], "table_ids": [0, 0, 1]}` (`table_ids` optional).
 pub fn parse_jsonl(text: &str) -> Result<Stream, AlisError> {
@@ -346,6 +368,22 @@ mod tests {
         assert_eq!(s.request(1), &[2, 0]);
         assert_eq!(s.row_table(1), 1);
         assert_eq!(s.rows_known_after(1), 2);
+    }
+
+    #[test]
+    fn the_file_name_chooses_the_format() {
+        let jsonl = "{\"request_id\":1,\"time\":1.0,\"row_ids\":[8,9]}\n";
+        let csv = "request_id,time,row_ids\n1,1.0,8 9\n";
+        for name in ["a.jsonl", "dir.v2/A.JSON", "b.ndjson"] {
+            assert_eq!(parse_named(name, jsonl).unwrap().n_requests(), 1, "{name}");
+        }
+        assert_eq!(parse_named("s.CSV", csv).unwrap().n_requests(), 1);
+        // The CSV text read as JSON Lines fails, so the extension, not the content, decided.
+        assert!(parse_named("s.jsonl", csv).is_err());
+        for (name, shown) in [("s.txt", "\"txt\""), ("stream", "\"\""), ("dir.csv/s", "\"\"")] {
+            let e = parse_named(name, jsonl).unwrap_err().to_string();
+            assert_eq!(e, format!("invalid stream file extension = {shown} (allowed: {STREAM_EXTENSIONS})"), "{name}");
+        }
     }
 
     #[test]

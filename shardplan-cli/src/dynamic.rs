@@ -555,17 +555,9 @@ fn dump(
     Ok(())
 }
 
-fn read_stream(path: &PathBuf) -> anyhow::Result<Stream> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let stream = match ext.as_str() {
-        "csv" => alis::parse_csv(&text),
-        "jsonl" | "json" | "ndjson" => alis::parse_jsonl(&text),
-        other => {
-            bail!("{}: unknown stream extension {other:?} (allowed: .jsonl, .json, .ndjson, .csv)", path.display())
-        }
-    };
-    stream.with_context(|| format!("parsing {}", path.display()))
+fn read_stream(path: &std::path::Path) -> anyhow::Result<Stream> {
+    let text = shardplan_files::read_text_capped(path, alis::stream::MAX_STREAM_FILE_BYTES)?;
+    alis::parse_named(&path.to_string_lossy(), &text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn mean_sd(xs: impl Iterator<Item = f64>) -> (f64, f64) {

@@ -653,6 +653,16 @@ fn dynamic_replays_a_stream_through_every_strategy() {
 }
 
 #[test]
+fn dynamic_refuses_a_stream_file_of_an_unknown_format_naming_its_extension() {
+    let dir = scratch("dynamic-ext");
+    let input = dir.join("stream.txt");
+    write_stream(&input, 10);
+    let (o, text) = run(bin().args(["dynamic", "--input"]).arg(&input).args(["--window-requests", "5"]));
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains("invalid stream file extension = \"txt\" (allowed: .jsonl, .json, .ndjson, .csv)"), "{text}");
+}
+
+#[test]
 fn dynamic_dumps_the_hypergraphs_direct_and_full_partition() {
     let dir = scratch("dynamic-dump");
     let input = dir.join("stream.jsonl");
