@@ -503,21 +503,29 @@ fn parse_lines(source: &str, text: &str, policy: HardwarePolicy) -> Result<Vec<(
         record.validate(&context)?;
         if policy == HardwarePolicy::Single
             && let Some((_, first)) = records.first()
-            && first.hardware.fingerprint != record.hardware.fingerprint
         {
-            return Err(Error::field(
-                &context,
-                "hardware.fingerprint",
-                format!("{:?}", record.hardware.fingerprint),
-                format!(
-                    "{:?} like the first record: records from different hardware are not mixed unless asked to",
-                    first.hardware.fingerprint
-                ),
-            ));
+            same_hardware(&context, first, &record)?;
         }
         records.push((i + 1, record));
     }
     Ok(records)
+}
+
+/// Refuses `record` (at `context`) unless it was measured on the hardware of `first`: records from
+/// different hardware are mixed only under [`HardwarePolicy::Mix`].
+fn same_hardware(context: &str, first: &CostRecord, record: &CostRecord) -> Result<()> {
+    if first.hardware.fingerprint == record.hardware.fingerprint {
+        return Ok(());
+    }
+    Err(Error::field(
+        context,
+        "hardware.fingerprint",
+        format!("{:?}", record.hardware.fingerprint),
+        format!(
+            "{:?} like the first record: records from different hardware are not mixed unless asked to",
+            first.hardware.fingerprint
+        ),
+    ))
 }
 
 /// The identity of a measured sample: two records with one key measured the same sample (a file given
@@ -559,17 +567,8 @@ impl DatasetReader {
             let context = format!("{source} line {line}");
             if self.policy == HardwarePolicy::Single
                 && let Some(first) = self.records.first()
-                && first.hardware.fingerprint != record.hardware.fingerprint
             {
-                return Err(Error::field(
-                    &context,
-                    "hardware.fingerprint",
-                    format!("{:?}", record.hardware.fingerprint),
-                    format!(
-                        "{:?} like the first record: records from different hardware are not mixed unless asked to",
-                        first.hardware.fingerprint
-                    ),
-                ));
+                same_hardware(&context, first, &record)?;
             }
             let key = sample_key(&record);
             if let Some(first) = self.seen.get(&key) {
@@ -672,6 +671,12 @@ mod tests {
         // Hardware is checked across files unless mixing is asked for.
         let e = reader.clone().add("d.jsonl", &lines(&[record(7, "y")])).unwrap_err().to_string();
         assert!(e.contains("d.jsonl line 1") && e.contains("hardware.fingerprint"), "{e}");
+        // And within one file, naming the line that differs.
+        let e = DatasetReader::new(HardwarePolicy::Single)
+            .add("e.jsonl", &lines(&[record(0, "x"), record(1, "y")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("e.jsonl line 2") && e.contains("hardware.fingerprint"), "{e}");
         let mut mix = DatasetReader::new(HardwarePolicy::Mix);
         mix.add("a", &lines(&[record(0, "x")])).unwrap();
         mix.add("d", &lines(&[record(0, "y")])).unwrap();
