@@ -15,7 +15,8 @@ the judge's own: its even rounds against its odd ones, as `judge_repeatability.p
 measured over predicted plan cost by planner (geometric mean); per cell, every measured device's
 compute over its predicted compute (geometric mean and log standard deviation); and where the re-priced
 ranking loses its tau: the pairs of planners it orders against the judge on tasks where both halves of
-the judge agree on the order (a pair the judge itself cannot order is noise, not the model's error).
+the judge agree on the order (a pair the judge itself cannot order is noise, not the model's error); and
+the taus over distinct plans, a plan that two planners returned counted once.
 Nothing is measured. Standard library and `judge_repeatability.py` (beside it) only.
 """
 
@@ -98,6 +99,7 @@ def main():
     print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced | the judge against itself |")
     print("|---|---|---|---|---|---|---|")
     by_planner_rows = []
+    distinct_rows = []
     device_rows = []
     pair_rows = []
     within_rows = []
@@ -106,6 +108,9 @@ def main():
         bias = {"bench": [], "new": []}
         taus = {"bench": [], "new": []}
         self_taus = []
+        # The same over distinct plans: a plan two planners returned counted once (its measurements averaged).
+        distinct = {"bench": [], "new": [], "self": []}
+        repeated = 0
         ratio = {}
         device_logs = {"bench": [], "new": []}
         # Within-task log errors (measured over predicted, less the task's mean) and the judge's own
@@ -141,6 +146,17 @@ def main():
                         decided[key] = decided.get(key, 0) + 1
                         if (new_pred[i] - new_pred[j]) * (meas[i] - meas[j]) < 0:
                             against[key] = against.get(key, 0) + 1
+            groups = {}
+            for i, q in enumerate(priced):
+                pieces = json.loads(Path(q["plan"]).read_text())["pieces"]
+                groups.setdefault(json.dumps(pieces, sort_keys=True), []).append(i)
+            firsts = [g[0] for g in groups.values()]
+            mean_of = lambda xs: [statistics.mean(xs[i] for i in g) for g in groups.values()]
+            repeated += len(groups) < len(plans)
+            distinct["bench"].append(kendall_tau([plans[i]["predicted"]["cost_ms"] for i in firsts], mean_of(meas)))
+            distinct["new"].append(kendall_tau([new_pred[i] for i in firsts], mean_of(meas)))
+            if all(len(p["round_costs_ms"]) > 1 for p in plans):
+                distinct["self"].append(kendall_tau(mean_of(halves[0]), mean_of(halves[1])))
             for kind, pred in (("bench", [p["predicted"]["cost_ms"] for p in plans]), ("new", new_pred)):
                 for a, m in zip(pred, meas):
                     ape[kind].append(abs(a - m) / m)
@@ -160,10 +176,20 @@ def main():
         f = lambda k: f"{100 * statistics.mean(ape[k]):.1f}% ({100 * statistics.mean(bias[k]):+.1f}%)"
         own = f"{statistics.mean(self_taus):.2f}" if self_taus else "-"
         print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} | {own} |")
+        distinct_rows.append((cell.name, distinct, repeated, tasks))
         by_planner_rows.append((cell.name, ratio))
         within_rows.append((cell.name, within, judge_within))
         device_rows.append((cell.name, device_logs))
         pair_rows.append((cell.name, decided, against))
+    print()
+    print("Kendall's tau over distinct plans (a plan two planners returned, the same pieces on the same devices,")
+    print("counted once and its measurements averaged: no model can order a plan against itself):")
+    def m2(v):
+        v = [x for x in v if x is not None and not math.isnan(x)]
+        return f"{statistics.mean(v):.2f}" if v else "-"
+    for name, distinct, repeated, tasks in distinct_rows:
+        print(f"- {name}: bench {m2(distinct['bench'])}, re-priced {m2(distinct['new'])}, the judge against itself "
+              f"{m2(distinct['self'])} ({repeated} of {tasks} tasks with a plan two planners returned)")
     print()
     print("measured over predicted plan cost at the reference speed, geometric mean (bench → re-priced):")
     gm = lambda v: math.exp(statistics.mean(math.log(x) for x in v))
