@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Each hypergraph is partitioned `--reps` times from the same seed (the replay's: the stream's seed) and
-//! the median time is kept, as `--dump-dir` does. `--each` prints every hypergraph's km1, gap and a hash of its partition to stderr. Wall time of one thread: run it on a quiet machine.
+//! the median time is kept, as `--dump-dir` does. `--each` prints every hypergraph's km1, gap and a hash of
+//! its partition to stderr. Wall time of one thread: run it on a quiet machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

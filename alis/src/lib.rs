@@ -53,7 +53,7 @@ pub use replay::{ReplayConfig, ReplayResult, replay};
 pub use strategy::{
     STRATEGY_NAMES, Scope, Strategy, StrategyConfig, decayed_partition_input, make_strategy, scope_partition_input,
 };
-pub use stream::{RawRequest, STREAM_EXTENSIONS, Stream, parse_csv, parse_jsonl, parse_named};
+pub use stream::{MAX_STREAM_FILE_BYTES, RawRequest, STREAM_EXTENSIONS, Stream, parse_csv, parse_jsonl, parse_named};
 pub use synthetic::SyntheticParams;
 pub use weights::SparseWeights;
 

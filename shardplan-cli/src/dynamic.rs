@@ -556,7 +556,7 @@ fn dump(
 }
 
 fn read_stream(path: &std::path::Path) -> anyhow::Result<Stream> {
-    let text = shardplan_files::read_text_capped(path, alis::stream::MAX_STREAM_FILE_BYTES)?;
+    let text = shardplan_files::read_text_capped(path, alis::MAX_STREAM_FILE_BYTES)?;
     alis::parse_named(&path.to_string_lossy(), &text).with_context(|| format!("parsing {}", path.display()))
 }
 
