@@ -132,6 +132,13 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 stats.rounds,
                 if stats.stopped_early { "; stopped early by --budget-ms, best plan so far" } else { "" }
             );
+            if let Some(d) = stats.declined_gain {
+                println!(
+                    "Refinement's plan was predicted {:.1}% cheaper, under the {:.1}% this cost model gets a device's time wrong by (its measured error): the search's plan is kept",
+                    100.0 * d.gain,
+                    100.0 * d.floor
+                );
+            }
         }
     }
     let report = evaluate(&task, &plan, model.as_ref(), args.cost.definition)?;

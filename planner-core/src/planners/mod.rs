@@ -130,6 +130,19 @@ pub struct SearchStats {
     pub proposals: u64,
     /// TorchRec's planner: proposals that fit (`_num_plans`).
     pub proposals_fit: u64,
+    /// Refinement with a gain floor ([`refine::Refined::with_min_gain_sd`]): the gain it found and the
+    /// floor it fell short of, both fractions of the inner plan's predicted cost, when it returned the
+    /// inner planner's plan for that reason.
+    pub declined_gain: Option<DeclinedGain>,
+}
+
+/// A refinement whose predicted gain was below its floor ([`SearchStats::declined_gain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeclinedGain {
+    /// The refined plan's predicted gain over the inner planner's, a fraction of the latter's cost.
+    pub gain: f64,
+    /// The smallest gain that would have been kept.
+    pub floor: f64,
 }
 
 impl SearchStats {
@@ -330,16 +343,24 @@ pub const REGISTRY: &[PlannerEntry] = &[
     },
     PlannerEntry {
         name: "neuroshard+refine",
-        summary: "neuroshard, then local search (move, swap, merge, split) under the cost model",
+        summary: "neuroshard, then local search (move, swap, merge, split) under the cost model, its plan kept only when predicted cheaper by the model's measured error",
         is_seed_baseline: false,
-        make: || Box::new(refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))),
+        make: || {
+            Box::new(
+                refine::Refined::new("neuroshard+refine", Box::new(neuroshard::NeuroShard::default()))
+                    .with_min_gain_sd(refine::SEARCHED_MIN_GAIN_SD),
+            )
+        },
     },
     PlannerEntry {
         name: "neuroshard+place",
         summary: "neuroshard, then local search by moves and swaps only: its split layout stays (docs/BENCHMARKS.md, \"every planner on the unseen suite\")",
         is_seed_baseline: false,
         make: || {
-            Box::new(refine::Refined::placement_only("neuroshard+place", Box::new(neuroshard::NeuroShard::default())))
+            Box::new(
+                refine::Refined::placement_only("neuroshard+place", Box::new(neuroshard::NeuroShard::default()))
+                    .with_min_gain_sd(refine::SEARCHED_MIN_GAIN_SD),
+            )
         },
     },
     PlannerEntry {
@@ -426,6 +447,7 @@ fn size_lookup_refined() -> refine::Refined {
 
 fn neuroshard_fast_refined() -> refine::Refined {
     refine::Refined::new("neuroshard-fast+refine", Box::new(neuroshard_fast()))
+        .with_min_gain_sd(refine::SEARCHED_MIN_GAIN_SD)
 }
 
 fn size_lookup() -> baselines::Greedy {

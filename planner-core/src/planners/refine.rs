@@ -21,12 +21,18 @@
 //! NeuroShard uses (vector sums and a set cache), and a neighbour is priced from its device sets
 //! alone (the piece list is rebuilt only for a change kept). Row-wise pieces are never moved, swapped,
 //! merged or split one by one: a row-wise table keeps one range per device, the layout TorchRec builds.
+//!
+//! [`Refined`] runs a planner and then this search. Refining a plan the same model searched for
+//! (`neuroshard+refine`, `neuroshard+place`, `neuroshard-fast+refine`) keeps the refined plan only when
+//! the model predicts it cheaper by at least its own measured error of a device's time
+//! ([`SEARCHED_MIN_GAIN_SD`]); a smaller predicted gain is within what the model gets wrong, and measured
+//! slower than the searched plan.
 
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 
 use super::search::{DeviceSet, Evaluator};
-use super::{Budget, PlanContext, Planner, Progress, SearchStats, StatsCell};
-use crate::cost::CostDefinition;
+use super::{Budget, DeclinedGain, PlanContext, Planner, Progress, SearchStats, StatsCell};
+use crate::cost::{CostDefinition, evaluate};
 use crate::error::Result;
 use crate::plan::{Piece, Plan, RowRange, SplitRule};
 use crate::task::Task;
@@ -497,12 +503,23 @@ pub fn refine(task: &Task, plan: &Plan, ctx: &PlanContext<'_>, config: &RefineCo
     Ok((Plan::new(task, out)?, st.ev.stats))
 }
 
+/// The gain floor of refining a plan the same cost model already searched for
+/// ([`Refined::with_min_gain_sd`]): one standard deviation of the model's measured error of a device's
+/// time. A search that has minimised a model's prediction sits where the model errs low; the further
+/// gains a local search finds from there are drawn from the same errors, and on the CPU backend they
+/// measured slower than the searched plan in every sitting, the largest predicted gains included
+/// (docs/BENCHMARKS.md, "Refinement's gains against the model's error").
+pub const SEARCHED_MIN_GAIN_SD: f64 = 1.0;
+
 /// Any planner followed by [`refine`].
 pub struct Refined {
     name: &'static str,
     inner: Box<dyn Planner>,
     /// Limits of the refinement.
     pub config: RefineConfig,
+    /// The smallest predicted gain kept, in multiples of the cost model's measured error
+    /// ([`crate::cost::CostModel::measured_error_sd`]); 0 keeps any gain.
+    min_gain_sd: f64,
     stats: StatsCell,
 }
 
@@ -510,7 +527,18 @@ impl Refined {
     /// `inner`, then refinement, registered as `name`.
     #[must_use]
     pub fn new(name: &'static str, inner: Box<dyn Planner>) -> Self {
-        Self { name, inner, config: RefineConfig::default(), stats: StatsCell::default() }
+        Self { name, inner, config: RefineConfig::default(), min_gain_sd: 0.0, stats: StatsCell::default() }
+    }
+
+    /// Keeps the refined plan only when the model predicts it cheaper than the inner planner's by at
+    /// least `sd` times the model's measured relative error of a device's time
+    /// ([`crate::cost::CostModel::measured_error_sd`]); otherwise the inner planner's plan is returned
+    /// and [`SearchStats::declined_gain`] says why. A model with no measured error (the analytical
+    /// model) keeps any gain, and so does an inner plan over memory (refinement repairs it).
+    #[must_use]
+    pub fn with_min_gain_sd(mut self, sd: f64) -> Self {
+        self.min_gain_sd = sd;
+        self
     }
 
     /// `inner`, then refinement by moves and swaps only ([`RefineConfig::reshape`] off), as `name`.
@@ -545,7 +573,14 @@ impl Planner for Refined {
             // Nothing left to refine with: the inner plan as it is (pricing it would only overrun).
             (first, SearchStats { stopped_early: true, ..SearchStats::default() })
         } else {
-            refine(task, &first, &rest, &self.config)?
+            let (refined, mut stats) = refine(task, &first, &rest, &self.config)?;
+            match self.declined(task, &first, &refined, ctx)? {
+                Some(declined) => {
+                    stats.declined_gain = Some(declined);
+                    (first, stats)
+                }
+                None => (refined, stats),
+            }
         };
         if let Some(e) = no_fit {
             // A device whose bytes cannot even be counted does not fit either.
@@ -567,5 +602,29 @@ impl Planner for Refined {
 
     fn last_stats(&self) -> Option<SearchStats> {
         self.stats.get()
+    }
+}
+
+impl Refined {
+    /// The refined plan's gain and the floor it fell short of, when the floor sends the inner planner's
+    /// plan back ([`Refined::with_min_gain_sd`]); `None` when the refined plan stands.
+    fn declined(
+        &self,
+        task: &Task,
+        first: &Plan,
+        refined: &Plan,
+        ctx: &PlanContext<'_>,
+    ) -> Result<Option<DeclinedGain>> {
+        let Some(sd) = ctx.cost_model.measured_error_sd().filter(|_| self.min_gain_sd > 0.0) else {
+            return Ok(None);
+        };
+        let floor = self.min_gain_sd * sd;
+        let before = evaluate(task, first, ctx.cost_model, self.config.definition)?;
+        if !before.feasible || before.cost_ms <= 0.0 {
+            return Ok(None);
+        }
+        let after = evaluate(task, refined, ctx.cost_model, self.config.definition)?;
+        let gain = 1.0 - after.cost_ms / before.cost_ms;
+        Ok((gain < floor).then_some(DeclinedGain { gain, floor }))
     }
 }

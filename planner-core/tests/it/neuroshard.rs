@@ -611,3 +611,71 @@ fn refine_without_reshaping_keeps_every_piece_and_only_places_them() {
     assert!(placed.pieces().iter().any(|p| p.device == 1), "nothing was moved: {:?}", placed.pieces());
     assert!(cost(&task, &placed, &model) < cost(&task, &start, &model));
 }
+
+/// Refining a plan the model already searched for keeps its result only when the model predicts a gain of
+/// at least its measured error of a device's time (`refine::SEARCHED_MIN_GAIN_SD` of it): below that, the
+/// search's plan comes back and the stats say what was declined; with the floor off, the refined plan
+/// comes back; under a model with no measured error (the analytical one), every gain is kept. The
+/// registry's `neuroshard+refine` has the floor; `torchrec+refine` does not.
+#[test]
+fn refining_a_searched_plan_keeps_only_gains_over_the_models_error() {
+    use planner_core::planners::refine::{Refined, SEARCHED_MIN_GAIN_SD};
+    let learned = profiles::load("cpu-epyc-2t").unwrap();
+    let sd = learned.measured_error_sd().expect("the CPU profile records a validation error");
+    assert!(sd > 0.05 && sd < 0.5, "{sd}");
+    let models: Vec<Box<dyn CostModel>> = vec![Box::new(learned), Box::new(AnalyticalModel::default())];
+    let (mut declined, mut kept) = (0, 0);
+    for (m, model) in models.iter().enumerate() {
+        let floor = model.measured_error_sd().map(|s| SEARCHED_MIN_GAIN_SD * s);
+        assert_eq!(floor.is_some(), m == 0);
+        for (k, task) in tasks().into_iter().enumerate() {
+            let ctx = PlanContext::new(model.as_ref(), k as u64);
+            let searched = NeuroShard::new(small()).plan(&task, &ctx).unwrap();
+            let open = Refined::new("open", Box::new(NeuroShard::new(small())));
+            let refined = open.plan(&task, &ctx).unwrap();
+            assert_eq!(open.last_stats().unwrap().declined_gain, None);
+            let floored =
+                Refined::new("floored", Box::new(NeuroShard::new(small()))).with_min_gain_sd(SEARCHED_MIN_GAIN_SD);
+            let plan = floored.plan(&task, &ctx).unwrap();
+            check_plan(&task, &plan, model.as_ref(), false);
+            let gain = 1.0 - cost(&task, &refined, model.as_ref()) / cost(&task, &searched, model.as_ref());
+            match floored.last_stats().unwrap().declined_gain {
+                Some(d) => {
+                    assert_eq!(plan.pieces(), searched.pieces(), "model {m} task {k}");
+                    assert!(
+                        (d.gain - gain).abs() < 1e-9 && d.floor == floor.unwrap() && gain < d.floor,
+                        "{d:?} {gain}"
+                    );
+                    declined += usize::from(gain > 1e-6);
+                }
+                None => {
+                    assert!(floor.is_none_or(|f| gain >= f), "model {m} task {k}: gain {gain} kept under {floor:?}");
+                    assert_eq!(plan.pieces(), refined.pieces(), "model {m} task {k}");
+                    kept += usize::from(gain > 1e-6);
+                }
+            }
+        }
+    }
+    assert!(declined >= 1 && kept >= 1, "declined {declined}, kept {kept}: the test saw only one side");
+    // The registry: the floor on refining NeuroShard's plans, off on refining TorchRec's.
+    let model = profiles::load("cpu-epyc-2t").unwrap();
+    let task = &tasks()[0];
+    let ctx = PlanContext::new(&model, 0);
+    for (name, floored) in [("neuroshard+refine", true), ("neuroshard+place", true), ("torchrec+refine", false)] {
+        let p = planner_core::planners::planner(name).unwrap().build();
+        let start = if name.starts_with("torchrec") { "torchrec" } else { "neuroshard" };
+        let first = planner_core::planners::planner(start).unwrap().build().plan(task, &ctx).unwrap();
+        let plan = p.plan(task, &ctx).unwrap();
+        let gain = 1.0 - cost(task, &plan, &model) / cost(task, &first, &model);
+        let stats = p.last_stats().unwrap();
+        assert!(
+            floored || stats.declined_gain.is_none(),
+            "{name}: declined {:?} though it has no floor",
+            stats.declined_gain
+        );
+        if floored {
+            // Either the gain cleared the floor, or the search's own plan came back.
+            assert!(gain >= sd || plan.pieces() == first.pieces(), "{name}: gain {gain} under {sd} kept");
+        }
+    }
+}
