@@ -187,6 +187,9 @@ fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
     if !(cli.guard_max_slowdown.is_finite() && cli.guard_max_slowdown >= 1.0) {
         bail!("--guard-max-slowdown = {} is invalid: at least 1", cli.guard_max_slowdown);
     }
+    if !(cli.guard_max_drift.is_finite() && cli.guard_max_drift >= 1.0) {
+        bail!("--guard-max-drift = {} is invalid: at least 1", cli.guard_max_drift);
+    }
     if cli.guard_retries > 100 {
         bail!("--guard-retries = {} is invalid: at most 100", cli.guard_retries);
     }
@@ -197,6 +200,7 @@ fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
         quiet_reference_ms: cli.guard_quiet_reference_ms,
         max_slowdown: cli.guard_max_slowdown,
         retries: cli.guard_retries,
+        max_drift: cli.guard_max_drift,
     })
 }
 

@@ -24,6 +24,9 @@
 //! profile card's `compute.reference_ms`), a reading above `max_slowdown` times it is contention too, and
 //! a run does not start until the machine reads within it.
 //!
+//! A measurement of several rounds is also refused when its rounds ran at different speeds
+//! ([`Guard::check_rounds`]: the slowest round's median reading over the fastest's, `max_drift`).
+//!
 //! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, … 30 s at
 //! most, about five minutes over the default twelve tries); after `retries` the run stops with an
 //! error naming the readings (a collection resumes with `--resume`). On a machine without `/proc` the accounting signal is absent and only the reference
@@ -111,6 +114,9 @@ pub struct GuardLimits {
     pub max_slowdown: f64,
     /// Measurements of one sample thrown away before the run stops.
     pub retries: u32,
+    /// Largest ratio of the median reference reading of a measurement's slowest round over its fastest
+    /// round's ([`Guard::check_rounds`]).
+    pub max_drift: f64,
 }
 
 impl GuardLimits {
@@ -130,6 +136,7 @@ impl Default for GuardLimits {
             quiet_reference_ms: None,
             max_slowdown: 1.15,
             retries: 12,
+            max_drift: 1.2,
         }
     }
 }
@@ -291,6 +298,34 @@ impl Guard {
         bail!("{what}: no measurement was taken")
     }
 
+    /// Refuses a measurement of several rounds whose rounds ran at different speeds of the machine: the
+    /// median reference reading of its slowest round more than `max_drift` times its fastest round's.
+    /// Each sample passed the guard, whose baseline follows the host, so a host that slows down for
+    /// minutes halfway through passes every sample; the rounds' medians then mix two machines, and the
+    /// plans timed more often in the slow rounds' order lose. `round_readings[r]` are round `r`'s readings;
+    /// a guard that is off, or fewer than two rounds with readings, passes. `what` names the measurement.
+    pub fn check_rounds(&self, what: &str, round_readings: &[Vec<f64>]) -> Result<()> {
+        if self.reference.is_none() {
+            return Ok(());
+        }
+        if let Some(d) = round_drift(round_readings)
+            && d.ratio > self.limits.max_drift
+        {
+            bail!(
+                "{what}: the machine's speed drifted between rounds: the reference kernel's median read {:.2} ms in \
+                 round {} and {:.2} ms in round {} ({:.2}×, limit --guard-max-drift {:.2}×); rounds taken at two \
+                 speeds do not compare plans fairly, so nothing was recorded: measure again when the host is steady",
+                d.fast_ms,
+                d.fast_round + 1,
+                d.slow_ms,
+                d.slow_round + 1,
+                d.ratio,
+                self.limits.max_drift
+            );
+        }
+        Ok(())
+    }
+
     fn judge(
         &mut self,
         backend: &mut dyn Backend,
@@ -320,6 +355,34 @@ impl Guard {
             && !reference_ms.is_some_and(|ms| l.too_slow(ms));
         Ok(Verdict { conditions, quiet })
     }
+}
+
+/// How far a measurement's rounds drifted ([`round_drift`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundDrift {
+    /// The slowest round's median reading over the fastest round's.
+    pub ratio: f64,
+    /// The fastest round (0-based) and its median reading, ms.
+    pub fast_round: usize,
+    pub fast_ms: f64,
+    /// The slowest round and its median reading, ms.
+    pub slow_round: usize,
+    pub slow_ms: f64,
+}
+
+/// The drift between the rounds of one measurement, from each round's reference readings (rounds
+/// without readings are left out); `None` with fewer than two rounds to compare or a reading that is not
+/// a positive time.
+#[must_use]
+pub fn round_drift(round_readings: &[Vec<f64>]) -> Option<RoundDrift> {
+    let medians: Vec<(usize, f64)> =
+        round_readings.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, r)| (i, median(r))).collect();
+    if medians.len() < 2 || medians.iter().any(|&(_, m)| !(m.is_finite() && m > 0.0)) {
+        return None;
+    }
+    let (fast_round, fast_ms) = *medians.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let (slow_round, slow_ms) = *medians.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(RoundDrift { ratio: slow_ms / fast_ms, fast_round, fast_ms, slow_round, slow_ms })
 }
 
 /// One reading of the reference kernel: the median of `REFERENCE_REPS` timed runs, ms.
@@ -352,6 +415,27 @@ mod tests {
         let (other, steal) = usage_pct(a, b);
         assert!((other - 25.0).abs() < 1e-9 && (steal - 5.0).abs() < 1e-9, "{other} {steal}");
         assert_eq!(usage_pct(a, a), (0.0, 0.0));
+    }
+
+    #[test]
+    fn round_drift_compares_the_rounds_medians() {
+        // Round 2 reads a fifth slower than round 0 at the median; its one fast reading does not hide it.
+        let rounds = vec![vec![10.0, 10.2, 9.9], vec![], vec![12.0, 12.3, 9.0], vec![10.5, 10.4, 10.6]];
+        let d = round_drift(&rounds).unwrap();
+        assert_eq!((d.fast_round, d.slow_round), (0, 2));
+        assert!((d.ratio - 1.2).abs() < 1e-12, "{d:?}");
+        assert_eq!(round_drift(&rounds[..2]), None, "one round with readings has nothing to compare");
+        assert_eq!(round_drift(&[vec![1.0], vec![f64::NAN]]), None);
+        // A guard that is off passes anything; the limit is the ratio.
+        let off = Guard::off();
+        assert!(off.check_rounds("t", &rounds).is_ok());
+        let mut on = Guard::off();
+        on.reference = Some(Reference { tables: Vec::new(), bags: Vec::new(), recent: VecDeque::from([10.0]) });
+        on.limits.max_drift = 1.25;
+        assert!(on.check_rounds("t", &rounds).is_ok());
+        on.limits.max_drift = 1.15;
+        let e = on.check_rounds("task 3", &rounds).unwrap_err().to_string();
+        assert!(e.contains("task 3") && e.contains("round 1") && e.contains("round 3") && e.contains("1.20×"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct Cli {
     /// Largest reference-kernel time over `--guard-quiet-reference-ms`.
     #[arg(long, global = true, default_value_t = 1.15)]
     pub guard_max_slowdown: f64,
+    /// `measure-plan`: largest ratio of the reference kernel's median reading in the slowest round over
+    /// the fastest round's; a measurement whose rounds drifted more is refused, nothing recorded.
+    #[arg(long, global = true, default_value_t = 1.2)]
+    pub guard_max_drift: f64,
     #[command(subcommand)]
     command: Command,
 }

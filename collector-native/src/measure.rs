@@ -333,6 +333,10 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     if !quiet {
         eprintln!("\rmeasured {done}/{total_sets} set timings, {retimed} outlier timings taken again");
     }
+    // Rounds taken at two speeds of the machine are refused, not recorded.
+    let round_readings: Vec<Vec<f64>> =
+        (0..rounds).map(|r| set_times.iter().filter_map(|t| t[r].reference_ms).collect()).collect();
+    guard.check_rounds(&format!("measure-plan of {} plans", docs.len()), &round_readings)?;
     // The all-to-alls of every round, once its compute is final (the forward's start delays come from it).
     let round_totals: Vec<Vec<f64>> =
         (0..rounds).map(|round| set_times.iter().map(|t| t[round].total_ms).collect()).collect();
