@@ -639,20 +639,14 @@ fn refining_a_searched_plan_keeps_only_gains_over_the_models_error() {
             let plan = floored.plan(&task, &ctx).unwrap();
             check_plan(&task, &plan, model.as_ref(), false);
             let gain = 1.0 - cost(&task, &refined, model.as_ref()) / cost(&task, &searched, model.as_ref());
-            match floored.last_stats().unwrap().declined_gain {
-                Some(d) => {
-                    assert_eq!(plan.pieces(), searched.pieces(), "model {m} task {k}");
-                    assert!(
-                        (d.gain - gain).abs() < 1e-9 && d.floor == floor.unwrap() && gain < d.floor,
-                        "{d:?} {gain}"
-                    );
-                    declined += usize::from(gain > 1e-6);
-                }
-                None => {
-                    assert!(floor.is_none_or(|f| gain >= f), "model {m} task {k}: gain {gain} kept under {floor:?}");
-                    assert_eq!(plan.pieces(), refined.pieces(), "model {m} task {k}");
-                    kept += usize::from(gain > 1e-6);
-                }
+            if let Some(d) = floored.last_stats().unwrap().declined_gain {
+                assert_eq!(plan.pieces(), searched.pieces(), "model {m} task {k}");
+                assert!((d.gain - gain).abs() < 1e-9 && d.floor == floor.unwrap() && gain < d.floor, "{d:?} {gain}");
+                declined += usize::from(gain > 1e-6);
+            } else {
+                assert!(floor.is_none_or(|f| gain >= f), "model {m} task {k}: gain {gain} kept under {floor:?}");
+                assert_eq!(plan.pieces(), refined.pieces(), "model {m} task {k}");
+                kept += usize::from(gain > 1e-6);
             }
         }
     }
