@@ -362,11 +362,13 @@ impl Guard {
 pub struct RoundDrift {
     /// The slowest round's median reading over the fastest round's.
     pub ratio: f64,
-    /// The fastest round (0-based) and its median reading, ms.
+    /// The fastest round (0-based).
     pub fast_round: usize,
+    /// The fastest round's median reading, ms.
     pub fast_ms: f64,
-    /// The slowest round and its median reading, ms.
+    /// The slowest round (0-based).
     pub slow_round: usize,
+    /// The slowest round's median reading, ms.
     pub slow_ms: f64,
 }
 
