@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_errors import gmean  # noqa: E402
-from judge_repeatability import kendall_tau  # noqa: E402  (the judge's own arithmetic)
+from judge_repeatability import kendall_tau, pop_cost_model  # noqa: E402  (the judge's own arithmetic)
 from judge_reprice import price_again, read_measured  # noqa: E402
 
 
@@ -63,11 +63,7 @@ def by_name(plans, task):
 
 def main():
     args = sys.argv[1:]
-    model = None
-    if "--cost-model" in args and args.index("--cost-model") + 1 < len(args):
-        i = args.index("--cost-model")
-        model = args[i + 1]
-        del args[i : i + 2]
+    model = pop_cost_model(args)
     if len(args) != 3:
         sys.exit(__doc__)
     root, start, refined = Path(args[0]), args[1], args[2]

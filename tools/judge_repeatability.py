@@ -92,6 +92,19 @@ def plan_label(prefix, p):
     return p["planner"].replace("+", "-")
 
 
+def pop_cost_model(args, default=None):
+    """Removes `--cost-model NAME` from the argument list `args` and returns NAME (`default` without it);
+    stops with a message when the option has no value."""
+    if "--cost-model" not in args:
+        return default
+    i = args.index("--cost-model")
+    if i + 1 >= len(args) or args[i + 1].startswith("--"):
+        sys.exit("--cost-model needs a value: an embedded profile's name or a profile directory")
+    model = args[i + 1]
+    del args[i : i + 2]
+    return model
+
+
 def cell_folders(root: Path):
     """The cell folders of a `bench-plans` folder, sorted; stops with a message when there are none."""
     cells = sorted(c for c in root.iterdir() if c.is_dir()) if root.is_dir() else []

@@ -25,18 +25,18 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_repeatability import cell_folders, kendall_tau, plan_cost, plan_label  # noqa: E402
+from judge_repeatability import cell_folders, kendall_tau, plan_cost, plan_label, pop_cost_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
 
 
-def pieces_of(cell, task, p):
-    """The pieces of measured plan `p` of `task` (its file in the cell folder, else where it was recorded)."""
+def plan_file(cell, task, p):
+    """The file of measured plan `p` of `task`: in the cell folder, else where the measurement recorded it."""
     name = plan_label(f"{task}_", p)
     for f in (cell / f"{task}_{name}.plan.json", Path(p["plan"])):
         if f.exists():
-            return json.loads(f.read_text())["pieces"]
+            return f
     sys.exit(f"{cell}: the plan file of {task}'s {name} is in neither {cell} nor {p['plan']}")
 
 
@@ -58,11 +58,12 @@ def replan(plan_doc, algo, model, flags, tmp):
     return new["pieces"], new["report"]["cost_ms"], note
 
 
-def taus(cell, task, plans, pred, meas, halves):
-    """(tau, tau over distinct plans, the judge's halves over distinct plans) of one task's plans."""
+def taus(pieces, pred, meas, halves):
+    """(tau, tau over distinct plans, the judge's halves over distinct plans) of one task's plans, given
+    each plan's pieces."""
     groups = {}
-    for i, p in enumerate(plans):
-        groups.setdefault(json.dumps(pieces_of(cell, task, p), sort_keys=True), []).append(i)
+    for i, pc in enumerate(pieces):
+        groups.setdefault(json.dumps(pc, sort_keys=True), []).append(i)
     g = list(groups.values())
     mean_of = lambda xs: [statistics.mean(xs[i] for i in grp) for grp in g]  # noqa: E731
     return (kendall_tau(pred, meas), kendall_tau([pred[grp[0]] for grp in g], mean_of(meas)),
@@ -75,11 +76,7 @@ def main():
     if "--" in args:
         k = args.index("--")
         args, flags = args[:k], args[k + 1:]
-    model = "cpu-epyc-2t"
-    if "--cost-model" in args:
-        k = args.index("--cost-model")
-        model = args[k + 1]
-        del args[k : k + 2]
+    model = pop_cost_model(args, "cpu-epyc-2t")
     if len(args) != 3:
         sys.exit(__doc__)
     root, label, algo = Path(args[0]), args[1], args[2]
@@ -100,27 +97,26 @@ def main():
                 if label not in labels:
                     sys.exit(f"{measured}: no plan labelled {label} (labels: {', '.join(labels)})")
                 k = labels.index(label)
-                first = next(f for f in (cell / f"{task}_{label}.plan.json", Path(plans[k]["plan"])) if f.exists())
-                new_pieces, new_cost, note = replan(first, algo, model, flags, tmp)
+                files = [plan_file(cell, task, p) for p in plans]
+                pieces = [json.loads(f.read_text())["pieces"] for f in files]
+                new_pieces, new_cost, note = replan(files[k], algo, model, flags, tmp)
                 notes += bool(note)
-                same = [i for i, p in enumerate(plans) if pieces_of(cell, task, p) == new_pieces]
+                same = [i for i, pc in enumerate(pieces) if pc == new_pieces]
+                if not same:
+                    missing.append(task)
+                    continue
                 n = len(plans[0]["round_costs_ms"])
                 halves = [[plan_cost(p, doc.get("reference_ms"), range(h, n, 2)) for p in plans] for h in (0, 1)]
                 pred = [p["predicted"]["cost_ms"] for p in plans]
                 meas = [p["measured"]["cost_ms"] for p in plans]
-                t, d, _ = taus(cell, task, plans, pred, meas, halves)
-                if not same:
-                    missing.append(task)
-                    continue
+                t, d, _ = taus(pieces, pred, meas, halves)
                 before["t"].append(t)
                 before["d"].append(d)
                 j = k if k in same else same[0]
                 became[labels[j]] = became.get(labels[j], 0) + 1
-                new_plans = plans[:k] + [plans[j]] + plans[k + 1:]
-                pred2 = pred[:k] + [new_cost] + pred[k + 1:]
-                meas2 = meas[:k] + [meas[j]] + meas[k + 1:]
-                halves2 = [h[:k] + [h[j]] + h[k + 1:] for h in halves]
-                t2, d2, s2 = taus(cell, task, new_plans, pred2, meas2, halves2)
+                swap = lambda xs, x: xs[:k] + [x] + xs[k + 1:]  # noqa: E731  (plan k replaced)
+                t2, d2, s2 = taus(swap(pieces, pieces[j]), swap(pred, new_cost), swap(meas, meas[j]),
+                                  [swap(h, h[j]) for h in halves])
                 after["t"].append(t2)
                 after["d"].append(d2)
                 after["s"].append(s2)

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_repeatability import centred, kendall_tau, plan_cost  # noqa: E402  (the judge's own arithmetic)
+from judge_repeatability import centred, kendall_tau, plan_cost, pop_cost_model  # noqa: E402  (the judge's own arithmetic)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
@@ -82,11 +82,7 @@ def main():
     if "--" in args:
         extra = args[args.index("--") + 1 :]
         args = args[: args.index("--")]
-    model = None
-    if "--cost-model" in args:
-        i = args.index("--cost-model")
-        model = args[i + 1]
-        del args[i : i + 2]
+    model = pop_cost_model(args)
     if len(args) != 1:
         sys.exit(__doc__.split("\n\n")[1])
     if not SHARDPLAN.exists():
