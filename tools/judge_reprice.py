@@ -16,7 +16,9 @@ measured over predicted plan cost by planner (geometric mean); per cell, every m
 compute over its predicted compute (geometric mean and log standard deviation); and where the re-priced
 ranking loses its tau: the pairs of planners it orders against the judge on tasks where both halves of
 the judge agree on the order (a pair the judge itself cannot order is noise, not the model's error); and
-the taus over distinct plans, a plan that two planners returned counted once.
+the taus over distinct plans, a plan that two planners returned counted once; and per cell, the machines
+the plans were measured on beside the one the profile's data was (a CPU profile judged on another CPU, even
+one of the same model name, is judged off its hardware).
 Nothing is measured. Standard library and `judge_repeatability.py` (beside it) only.
 """
 
@@ -35,17 +37,28 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARDPLAN = ROOT / "target" / "release" / "shardplan"
 
 
-def reference_ms(model):
-    """The reference-kernel time an embedded profile's costs are expressed at (its card's
-    `compute.reference_ms`); None for a model without one."""
+def read_card(model):
+    """The card of a profile (`card.json`): a profile directory given by path (`--cost-model out/p`), or an
+    embedded profile by name; None for a model without one (the analytical model)."""
     name = model.split(":", 1)[-1].split("+", 1)[0]
-    # A profile directory given by path (`--cost-model out/p`), or an embedded profile by name.
     card = Path(name) / "card.json"
     if not card.exists():
         card = ROOT / "planner-core" / "profiles" / name / "card.json"
-    if not card.exists():
-        return None
-    return json.loads(card.read_text())["compute"].get("reference_ms")
+    return json.loads(card.read_text()) if card.exists() else None
+
+
+def reference_ms(model):
+    """The reference-kernel time an embedded profile's costs are expressed at (its card's
+    `compute.reference_ms`); None for a model without one."""
+    card = read_card(model)
+    return card["compute"].get("reference_ms") if card else None
+
+
+def machine(hardware):
+    """A hardware record (a measured document's, or a card's) in a few words: its fingerprint and, for a
+    CPU, the last-level cache the collector reported (two CPUs of one model name differ there)."""
+    cache = [part.strip() for part in hardware.get("software", "").split(";") if "last-level cache" in part]
+    return hardware.get("fingerprint", "?") + (f" ({cache[0]})" if cache else "")
 
 
 def price_again(cell, measured, name, extra=()):
@@ -94,6 +107,7 @@ def main():
     print(f"re-priced with: evaluate --own-rule {' '.join(extra)}")
     print("| cell | tasks | plan MAPE (bias), bench | re-priced | Kendall's tau, bench | re-priced | the judge against itself |")
     print("|---|---|---|---|---|---|---|")
+    machine_rows = []
     by_planner_rows = []
     distinct_rows = []
     device_rows = []
@@ -117,6 +131,7 @@ def main():
         # tasks where the re-priced model orders them the other way.
         decided, against = {}, {}
         tasks = 0
+        machines, profile_machine = {}, None
         for measured in sorted(cell.glob("task*.measured.json")):
             doc = read_measured(measured)
             plans = doc["plans"]
@@ -125,6 +140,9 @@ def main():
             ref = reference_ms(name)
             scale = ref / doc["reference_ms"] if ref and doc.get("reference_ms") else 1.0
             labels, priced = price_again(cell, doc, name, extra)
+            card = read_card(name)
+            machines[machine(doc["hardware"])] = machines.get(machine(doc["hardware"]), 0) + 1
+            profile_machine = machine(card["hardware"]) if card else None
             meas = [p["measured"]["cost_ms"] * scale for p in plans]
             new_pred = [q["report"]["cost_ms"] for q in priced]
             if all(len(p["round_costs_ms"]) > 1 for p in plans):
@@ -173,10 +191,21 @@ def main():
         own = f"{statistics.mean(self_taus):.2f}" if self_taus else "-"
         print(f"| {cell.name} | {tasks} | {f('bench')} | {f('new')} | {statistics.mean(taus['bench']):.2f} | {statistics.mean(taus['new']):.2f} | {own} |")
         distinct_rows.append((cell.name, distinct, repeated, tasks))
+        machine_rows.append((cell.name, machines, profile_machine))
         by_planner_rows.append((cell.name, ratio))
         within_rows.append((cell.name, within, judge_within))
         device_rows.append((cell.name, device_logs))
         pair_rows.append((cell.name, decided, against))
+    print()
+    print("where the plans were measured, against where the profile's data was (its card's hardware record):")
+    for cell_name, machines, profile_machine in machine_rows:
+        where = ", ".join(f"{m}, {n} tasks" for m, n in sorted(machines.items()))
+        if profile_machine is None:
+            print(f"- {cell_name}: {where}; the model has no card")
+        elif set(machines) == {profile_machine}:
+            print(f"- {cell_name}: {where}, the profile's own machine")
+        else:
+            print(f"- {cell_name}: {where}; the profile's data: {profile_machine}: ANOTHER MACHINE, so the model is judged off its hardware")
     print()
     print("Kendall's tau over distinct plans (a plan two planners returned, the same pieces on the same devices,")
     print("counted once and its measurements averaged: no model can order a plan against itself):")

@@ -259,6 +259,19 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         }
         docs.push((path.display().to_string(), doc, plan));
     }
+    // A plan priced by a profile of another machine judges that profile off its hardware: said once per
+    // model, before anything is timed, because the measured document alone does not show it.
+    let mut models_seen = std::collections::BTreeSet::new();
+    for (path, doc, _) in &docs {
+        if models_seen.insert(doc.report.cost_model.as_str())
+            && let Some(why) = planner_core::cost::profiles::other_machine(&doc.report.cost_model, backend.hardware())
+        {
+            eprintln!(
+                "warning: {path} was priced by {}: {why}; what is measured here judges that profile off its own hardware",
+                doc.report.cost_model
+            );
+        }
+    }
     let timing = Timing { warmup: args.warmup, reps: args.reps };
 
     // The distinct sets of all plans, and which set every device of every plan runs.

@@ -149,6 +149,35 @@ pub fn cpu_profile_for(model: &str) -> Result<&'static EmbeddedProfile> {
     })
 }
 
+/// How the machine `hardware` differs from the one the embedded profile behind `cost_model` was measured
+/// on (`cost_model` as a plan report names it, `neural:<name>`, or the bare name): `None` when it is the
+/// same machine, and when `cost_model` names no embedded profile (the analytical model, a profile read from
+/// a directory). Two CPUs of one model name can differ in their last-level cache, which moves the CPU
+/// backend's costs by tens of percent, so for a CPU the cache the collector reported must match too.
+#[must_use]
+pub fn other_machine(cost_model: &str, hardware: &crate::dataset::Hardware) -> Option<String> {
+    let name = cost_model.strip_prefix("neural:").unwrap_or(cost_model);
+    let profile = find(name)?;
+    let card = crate::cost::ModelCard::from_json(profile.card_json).ok()?;
+    let fingerprint = card.hardware.get("fingerprint")?.as_str()?;
+    let cache = last_level_cache(card.hardware.get("software").and_then(serde_json::Value::as_str).unwrap_or(""));
+    let here = last_level_cache(&hardware.software);
+    if fingerprint == hardware.fingerprint && cache == here {
+        return None;
+    }
+    let describe = |fp: &str, cache: Option<&str>| cache.map_or_else(|| fp.to_string(), |c| format!("{fp} ({c})"));
+    Some(format!(
+        "{name} was measured on {}, and this machine is {}",
+        describe(fingerprint, cache),
+        describe(&hardware.fingerprint, here)
+    ))
+}
+
+/// The "last-level cache …" clause of a CPU hardware record's `software` text, if it has one.
+fn last_level_cache(software: &str) -> Option<&str> {
+    software.split(';').map(str::trim).find(|part| part.starts_with("last-level cache"))
+}
+
 /// Loads the embedded profile called `name` into a [`NeuralModel`].
 ///
 /// # Errors
@@ -203,6 +232,45 @@ mod tests {
             let many = model.compute_ms(&vec![PieceRef::whole(&t, 64); 12]).unwrap();
             assert!(one.is_finite() && one > 0.0, "{}: {one}", p.name);
             assert!(many > one, "{}: 12 tables {many} <= 1 table {one}", p.name);
+        }
+    }
+
+    #[test]
+    fn a_profile_judged_on_another_machine_is_named() {
+        use crate::dataset::{BackendKind, Hardware};
+        let of = |p: &EmbeddedProfile| {
+            let card = ModelCard::from_json(p.card_json).unwrap();
+            let text = |k: &str| card.hardware.get(k).and_then(serde_json::Value::as_str).unwrap().to_string();
+            Hardware {
+                backend: BackendKind::Cpu,
+                fingerprint: text("fingerprint"),
+                devices: vec![],
+                software: text("software"),
+            }
+        };
+        let cpu: Vec<&EmbeddedProfile> = EMBEDDED.iter().filter(|p| cpu_model_of(p).is_some()).collect();
+        assert!(!cpu.is_empty(), "no embedded CPU profile");
+        for p in &cpu {
+            let own = of(p);
+            assert_eq!(other_machine(&format!("neural:{}", p.name), &own), None, "{} on its own machine", p.name);
+            // Another collector version on the same machine is the same machine.
+            let newer = Hardware {
+                software: own.software.replace("shardplan-collect 0.1.0", "shardplan-collect 9.9"),
+                ..own.clone()
+            };
+            assert_eq!(other_machine(p.name, &newer), None);
+            // The same CPU model with another last-level cache is another machine.
+            let cache = last_level_cache(&own.software).unwrap();
+            let bigger =
+                Hardware { software: own.software.replace(cache, "last-level cache 999.0 MiB"), ..own.clone() };
+            let why = other_machine(&format!("neural:{}", p.name), &bigger).unwrap();
+            assert!(why.contains(cache) && why.contains("999.0 MiB") && why.contains(p.name), "{why}");
+            let elsewhere = Hardware { fingerprint: "cpu:Some Other CPU:2t:thp".into(), ..own.clone() };
+            let why = other_machine(p.name, &elsewhere).unwrap();
+            assert!(why.contains(&own.fingerprint) && why.contains("Some Other CPU"), "{why}");
+            // Neither the analytical model nor a profile read from a directory names a machine.
+            assert_eq!(other_machine("analytical:torchrec", &elsewhere), None);
+            assert_eq!(other_machine("neural:out/profile", &elsewhere), None);
         }
     }
 
