@@ -183,6 +183,33 @@ pub struct ModelCard {
     pub compute_terms: Option<TermsCard>,
 }
 
+/// How the machine `here` differs from `recorded`, the hardware record a card keeps of where its
+/// profile's data was measured: `None` when it is the same machine, or when `recorded` has no
+/// fingerprint. The one rule for "the same machine": the same fingerprint and, for a CPU, the same
+/// last-level cache the collector reported (two cloud hosts report one "Intel(R) Xeon(R) Processor" with
+/// 260 and 480 MiB, and the CPU backend's costs differ between them; `docs/COST_MODELS.md`, "Another
+/// machine is not another speed"). Another collector version is the same machine.
+#[must_use]
+pub fn other_machine(recorded: &serde_json::Value, here: &crate::dataset::Hardware) -> Option<String> {
+    let fingerprint = recorded.get("fingerprint")?.as_str()?;
+    let cache = last_level_cache(recorded.get("software").and_then(serde_json::Value::as_str).unwrap_or(""));
+    let here_cache = last_level_cache(&here.software);
+    if fingerprint == here.fingerprint && cache == here_cache {
+        return None;
+    }
+    let describe = |fp: &str, cache: Option<&str>| cache.map_or_else(|| format!("`{fp}`"), |c| format!("`{fp}` ({c})"));
+    Some(format!(
+        "measured on {}, and this machine is {}",
+        describe(fingerprint, cache),
+        describe(&here.fingerprint, here_cache)
+    ))
+}
+
+/// The "last-level cache …" clause of a CPU hardware record's `software` text, if it has one.
+fn last_level_cache(software: &str) -> Option<&str> {
+    software.split(';').map(str::trim).find(|part| part.starts_with("last-level cache"))
+}
+
 impl ModelCard {
     /// Parses and checks a card against what this build computes.
     pub fn from_json(text: &str) -> Result<Self> {

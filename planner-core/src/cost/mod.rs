@@ -124,6 +124,11 @@ pub trait CostModel {
     fn reference_speed(&self) -> Option<(String, f64)> {
         None
     }
+    /// The hardware record of the machine the model's data was measured on (its card's `hardware`), when
+    /// it has one; [`card::other_machine`] tells whether another machine is the same.
+    fn measured_on(&self) -> Option<&serde_json::Value> {
+        None
+    }
     /// The global batch (samples per step over all devices) the model's times are for, when it knows it.
     fn global_batch(&self) -> Option<u64> {
         None

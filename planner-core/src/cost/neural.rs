@@ -675,6 +675,10 @@ impl CostModel for NeuralModel {
         Some(u64::from(self.card.compute.batch_size))
     }
 
+    fn measured_on(&self) -> Option<&serde_json::Value> {
+        Some(&self.card.hardware)
+    }
+
     fn reference_speed(&self) -> Option<(String, f64)> {
         let fingerprint = self.card.hardware.get("fingerprint")?.as_str()?.to_string();
         self.card.compute.reference_ms.map(|r| (fingerprint, r))

@@ -150,32 +150,14 @@ pub fn cpu_profile_for(model: &str) -> Result<&'static EmbeddedProfile> {
 }
 
 /// How the machine `hardware` differs from the one the embedded profile behind `cost_model` was measured
-/// on (`cost_model` as a plan report names it, `neural:<name>`, or the bare name): `None` when it is the
-/// same machine, and when `cost_model` names no embedded profile (the analytical model, a profile read from
-/// a directory). Two CPUs of one model name can differ in their last-level cache, which moves the CPU
-/// backend's costs by tens of percent, so for a CPU the cache the collector reported must match too.
+/// on (`cost_model` as a plan report names it, `neural:<name>`, or the bare name), by the one rule of
+/// [`crate::cost::card::other_machine`]: `None` when it is the same machine, and when `cost_model` names
+/// no embedded profile (the analytical model, a profile read from a directory).
 #[must_use]
 pub fn other_machine(cost_model: &str, hardware: &crate::dataset::Hardware) -> Option<String> {
     let name = cost_model.strip_prefix("neural:").unwrap_or(cost_model);
-    let profile = find(name)?;
-    let card = crate::cost::ModelCard::from_json(profile.card_json).ok()?;
-    let fingerprint = card.hardware.get("fingerprint")?.as_str()?;
-    let cache = last_level_cache(card.hardware.get("software").and_then(serde_json::Value::as_str).unwrap_or(""));
-    let here = last_level_cache(&hardware.software);
-    if fingerprint == hardware.fingerprint && cache == here {
-        return None;
-    }
-    let describe = |fp: &str, cache: Option<&str>| cache.map_or_else(|| fp.to_string(), |c| format!("{fp} ({c})"));
-    Some(format!(
-        "{name} was measured on {}, and this machine is {}",
-        describe(fingerprint, cache),
-        describe(&hardware.fingerprint, here)
-    ))
-}
-
-/// The "last-level cache …" clause of a CPU hardware record's `software` text, if it has one.
-fn last_level_cache(software: &str) -> Option<&str> {
-    software.split(';').map(str::trim).find(|part| part.starts_with("last-level cache"))
+    let card = crate::cost::ModelCard::from_json(find(name)?.card_json).ok()?;
+    crate::cost::card::other_machine(&card.hardware, hardware).map(|why| format!("{name} was {why}"))
 }
 
 /// Loads the embedded profile called `name` into a [`NeuralModel`].
@@ -260,7 +242,7 @@ mod tests {
             };
             assert_eq!(other_machine(p.name, &newer), None);
             // The same CPU model with another last-level cache is another machine.
-            let cache = last_level_cache(&own.software).unwrap();
+            let cache = own.software.split(';').map(str::trim).find(|c| c.starts_with("last-level cache")).unwrap();
             let bigger =
                 Hardware { software: own.software.replace(cache, "last-level cache 999.0 MiB"), ..own.clone() };
             let why = other_machine(&format!("neural:{}", p.name), &bigger).unwrap();
@@ -271,6 +253,8 @@ mod tests {
             // Neither the analytical model nor a profile read from a directory names a machine.
             assert_eq!(other_machine("analytical:torchrec", &elsewhere), None);
             assert_eq!(other_machine("neural:out/profile", &elsewhere), None);
+            // A card that records no fingerprint names no machine.
+            assert_eq!(crate::cost::card::other_machine(&serde_json::json!({"backend": "cpu"}), &elsewhere), None);
         }
     }
 

@@ -250,6 +250,10 @@ impl CostModel for TermsModel {
         self.base.reference_speed()
     }
 
+    fn measured_on(&self) -> Option<&serde_json::Value> {
+        self.base.measured_on()
+    }
+
     fn global_batch(&self) -> Option<u64> {
         self.base.global_batch()
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use planner_core::PlanDocument;
+use planner_core::cost::card;
 use planner_core::eval::{JudgedTask, judge_summary, paired};
 use planner_core::task::SuiteTask;
 
@@ -87,6 +88,7 @@ pub fn measure_cell(
     let mut tasks = Vec::new();
     let model_hardware = model.reference_speed().map(|(fingerprint, _)| fingerprint);
     let mut hardware: Option<String> = None;
+    let mut other_machine: Option<String> = None;
     let mut comm: Option<String> = None;
     // Comm's share of every measured plan's cost (at its bottleneck device).
     let mut comm_shares = Vec::new();
@@ -96,13 +98,11 @@ pub fn measure_cell(
         eprintln!("  measuring task {} ({} plans)", st.index, docs.len());
         let m = collector.measure(docs, &out, st.seed)?;
         if hardware.is_none() {
-            let here = &m.hardware.fingerprint;
-            if let Some(trained) = model_hardware.as_ref().filter(|t| *t != here) {
-                eprintln!(
-                    "  note: the cost model was measured on `{trained}`, these plans on `{here}`: its accuracy here is across machines"
-                );
+            other_machine = model.measured_on().and_then(|recorded| card::other_machine(recorded, &m.hardware));
+            if let Some(why) = &other_machine {
+                eprintln!("  note: the cost model was {why}: its accuracy here is across machines");
             }
-            hardware = Some(here.clone());
+            hardware = Some(m.hardware.fingerprint.clone());
             comm = Some(m.comm.clone());
         }
         for p in &m.plans {
@@ -127,6 +127,7 @@ pub fn measure_cell(
         dir: dir.display().to_string(),
         hardware,
         model_hardware,
+        other_machine,
         comm,
         comm_share: (!comm_shares.is_empty()).then(|| comm_shares.iter().sum::<f64>() / comm_shares.len() as f64),
     })

@@ -63,6 +63,9 @@ pub struct MeasuredCell {
     /// The machine the cost model was measured on, when its card records one; when it differs from
     /// `hardware` the accuracy figures compare predictions for one machine with times on another.
     pub model_hardware: Option<String>,
+    /// How the measuring machine differs from the cost model's (`planner_core::cost::card::other_machine`:
+    /// another fingerprint, or another last-level cache); `None` when it is the same machine.
+    pub other_machine: Option<String>,
     /// Where the comm times came from: `measured`, or (compute timed on fewer devices than the plan) the
     /// collector's note that they were taken from each plan's prediction.
     pub comm: Option<String>,
@@ -237,10 +240,10 @@ fn measured_markdown(m: &MeasuredCell) -> String {
             )
         },
     );
-    let machines = match (&m.hardware, &m.model_hardware) {
+    let machines = match (&m.hardware, &m.other_machine) {
         (None, _) => String::new(),
-        (Some(here), Some(trained)) if trained != here => format!(
-            "Measured on `{here}`; **the cost model was measured on another machine** (`{trained}`), so its accuracy below is across machines. "
+        (Some(here), Some(why)) => format!(
+            "Measured on `{here}`; **the cost model was measured on another machine** ({why}), so its accuracy below is across machines. "
         ),
         (Some(here), _) => format!("Measured on `{here}`. "),
     };
