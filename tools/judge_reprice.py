@@ -137,11 +137,12 @@ def main():
             plans = doc["plans"]
             bench_model = plans[0]["predicted"]["cost_model"]
             name = model or bench_model.split(":", 1)[1].split("+", 1)[0]
-            ref = reference_ms(name)
+            card = read_card(name)
+            ref = card["compute"].get("reference_ms") if card else None
             scale = ref / doc["reference_ms"] if ref and doc.get("reference_ms") else 1.0
             labels, priced = price_again(cell, doc, name, extra)
-            card = read_card(name)
-            machines[machine(doc["hardware"])] = machines.get(machine(doc["hardware"]), 0) + 1
+            here = machine(doc["hardware"])
+            machines[here] = machines.get(here, 0) + 1
             profile_machine = machine(card["hardware"]) if card else None
             meas = [p["measured"]["cost_ms"] * scale for p in plans]
             new_pred = [q["report"]["cost_ms"] for q in priced]
