@@ -107,19 +107,6 @@ fn meminfo_bytes(field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Last-level cache size from sysfs (bytes), if known.
-fn llc_bytes() -> Option<u64> {
-    (0..8).rev().find_map(|i| {
-        let t = read_text(&format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))?;
-        let t = t.trim();
-        let (num, mult) = match t.strip_suffix('K') {
-            Some(n) => (n, 1024),
-            None => t.strip_suffix('M').map_or((t, 1), |n| (n, 1 << 20)),
-        };
-        num.parse::<u64>().ok().map(|n| n * mult)
-    })
-}
-
 impl CpuBackend {
     /// A backend on `threads` threads (default: all available). `flush` enables the cache flush.
     pub fn new(threads: Option<usize>, flush: bool) -> Result<Self> {
@@ -132,20 +119,22 @@ impl CpuBackend {
         // Weights live on transparent huge pages when the kernel offers them, on 4 KiB pages otherwise;
         // random row reads cost very differently on the two, so they are different hardware to a model.
         let pages = if cpu::transparent_huge_pages_available() { "thp" } else { "4k" };
-        let llc = llc_bytes();
+        let llc = shardplan_files::llc_bytes();
         let hardware = Hardware {
             backend: BackendKind::Cpu,
             fingerprint: format!("cpu:{model}:{threads}t:{pages}"),
             devices: vec![model],
             software: format!(
-                "{threads} threads of {available}; weights on {pages} pages; last-level cache {}; shardplan-collect {}",
-                llc.map_or_else(|| "unknown".into(), planner_core::units::format_bytes),
+                "{threads} threads of {available}; weights on {pages} pages; {}; shardplan-collect {}",
+                planner_core::cost::card::last_level_cache_clause(llc),
                 env!("CARGO_PKG_VERSION")
             ),
         };
         // Twice the last-level cache (64 MiB when unknown) is read before every timed run. It is written
         // once here: a never-written buffer is the kernel's zero page and would flush nothing.
-        let flush = if flush { vec![1u8; (2 * llc.unwrap_or(32 << 20)) as usize] } else { Vec::new() };
+        // A cache sysfs reports beyond 2 GiB is not believed: the buffer stays at 4 GiB.
+        let flush_bytes = llc.unwrap_or(32 << 20).min(2 << 30) * 2;
+        let flush = if flush { vec![1u8; usize::try_from(flush_bytes)?] } else { Vec::new() };
         Ok(Self { threads, hardware, flush, arena: Arena::default() })
     }
 }
@@ -223,7 +212,7 @@ impl Backend for CpuBackend {
             "available_parallelism": std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             "mem_total_bytes": meminfo_bytes("MemTotal:"),
             "mem_available_bytes": meminfo_bytes("MemAvailable:"),
-            "llc_bytes": llc_bytes(),
+            "llc_bytes": shardplan_files::llc_bytes(),
             "copy_bandwidth": {
                 "buffer_bytes": bytes,
                 "formula": "2 x buffer bytes (read + write) / best of 5 copies",

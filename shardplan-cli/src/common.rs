@@ -178,7 +178,9 @@ impl CostArgs {
     /// preset, or `--hw`, where it has none).
     pub fn build(&self) -> Result<Box<dyn CostModel>> {
         let name = if self.cost_model == profiles::CPU_ALIAS {
-            profiles::cpu_profile_for(&shardplan_files::cpu_model()).context("--cost-model cpu")?.name
+            profiles::cpu_profile_for(&shardplan_files::cpu_model(), shardplan_files::llc_bytes())
+                .context("--cost-model cpu")?
+                .name
         } else {
             self.cost_model.as_str()
         };

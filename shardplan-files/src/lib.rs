@@ -171,6 +171,23 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
+/// The size of this machine's last-level cache in bytes, from sysfs (the highest cache index of CPU 0), or
+/// `None` where sysfs does not say. The collector records it in its hardware note and `--cost-model cpu`
+/// matches on it: two hosts that report one CPU model can have different caches.
+#[must_use]
+pub fn llc_bytes() -> Option<u64> {
+    (0..8).rev().find_map(|i| {
+        let path = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+        let t = read_text_capped(Path::new(&path), 4096).ok()?;
+        let t = t.trim();
+        let (num, mult) = match t.strip_suffix('K') {
+            Some(n) => (n, 1u64 << 10),
+            None => t.strip_suffix('M').map_or((t, 1), |n| (n, 1 << 20)),
+        };
+        num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // tests fail loudly on purpose

@@ -205,8 +205,16 @@ pub fn other_machine(recorded: &serde_json::Value, here: &crate::dataset::Hardwa
     ))
 }
 
+/// The clause a CPU hardware record's `software` text gives its last-level cache in (`last-level cache
+/// 260.0 MiB`, or `last-level cache unknown`): written by the collector, read by [`other_machine`] and by
+/// `--cost-model cpu`.
+#[must_use]
+pub fn last_level_cache_clause(llc_bytes: Option<u64>) -> String {
+    format!("last-level cache {}", llc_bytes.map_or_else(|| "unknown".into(), crate::units::format_bytes))
+}
+
 /// The "last-level cache …" clause of a CPU hardware record's `software` text, if it has one.
-fn last_level_cache(software: &str) -> Option<&str> {
+pub(crate) fn last_level_cache(software: &str) -> Option<&str> {
     software.split(';').map(str::trim).find(|part| part.starts_with("last-level cache"))
 }
 

@@ -125,24 +125,43 @@ pub fn cpu_model_of(profile: &EmbeddedProfile) -> Option<String> {
     Some(card.hardware.get("devices")?.get(0)?.as_str()?.to_string())
 }
 
-/// The embedded CPU profile measured on a CPU of model `model` (`/proc/cpuinfo`'s "model name", as the
-/// collector records it). A CPU profile prices the collector's CPU backend on one kind of machine only:
-/// another CPU's caches and memory change the costs by tens of percent (`docs/COST_MODELS.md`).
+/// The embedded CPU profile measured on this machine: a CPU of model `model` (`/proc/cpuinfo`'s "model
+/// name", as the collector records it) with a last-level cache of `llc_bytes` (sysfs; `None` where it is
+/// not known). A CPU profile prices the collector's CPU backend on one kind of machine only: another CPU's
+/// caches and memory change the costs by tens of percent, and so does another cache behind the same model
+/// name (two cloud hosts report one "Intel(R) Xeon(R) Processor" with 260 and 480 MiB;
+/// `docs/COST_MODELS.md`, "Another machine is not another speed").
 ///
 /// # Errors
-/// [`Error::CostModel`] when no embedded profile was measured on that CPU, naming the CPU and the CPU
-/// profiles there are (and how to calibrate one).
-pub fn cpu_profile_for(model: &str) -> Result<&'static EmbeddedProfile> {
-    let cpu: Vec<(&'static EmbeddedProfile, String)> =
-        EMBEDDED.iter().filter_map(|p| cpu_model_of(p).map(|m| (p, m))).collect();
-    if let Some((p, _)) = cpu.iter().find(|(_, m)| m == model) {
+/// [`Error::CostModel`] when no embedded profile was measured on that CPU with that cache, naming the CPU,
+/// its cache and the CPU profiles there are with theirs (and how to use one anyway, or calibrate one).
+pub fn cpu_profile_for(model: &str, llc_bytes: Option<u64>) -> Result<&'static EmbeddedProfile> {
+    let here_cache = crate::cost::card::last_level_cache_clause(llc_bytes);
+    let cpu: Vec<(&'static EmbeddedProfile, String, String)> = EMBEDDED
+        .iter()
+        .filter_map(|p| {
+            let m = cpu_model_of(p)?;
+            let card = crate::cost::ModelCard::from_json(p.card_json).ok()?;
+            let software = card.hardware.get("software").and_then(serde_json::Value::as_str).unwrap_or("");
+            let cache = crate::cost::card::last_level_cache(software).unwrap_or("last-level cache unknown").to_string();
+            Some((p, m, cache))
+        })
+        .collect();
+    if let Some((p, _, _)) = cpu.iter().find(|(_, m, c)| m == model && *c == here_cache) {
         return Ok(p);
     }
-    let known: Vec<String> = cpu.iter().map(|(p, m)| format!("{} ({m})", p.name)).collect();
+    let known: Vec<String> = cpu.iter().map(|(p, m, c)| format!("{} ({m}, {c})", p.name)).collect();
+    let same_model: Vec<&str> = cpu.iter().filter(|(_, m, _)| m == model).map(|(p, _, _)| p.name).collect();
+    let anyway = match same_model.first() {
+        Some(name) => format!(
+            ". To plan with the profile of another cache anyway, name it (--cost-model {name}); its costs are another machine's"
+        ),
+        None => String::new(),
+    };
     Err(Error::CostModel {
         model: CPU_ALIAS.into(),
         message: format!(
-            "no embedded CPU profile was measured on this machine's CPU ({model}); the embedded ones are {}. \
+            "no embedded CPU profile was measured on this machine's CPU ({model}, {here_cache}); the embedded ones are {}{anyway}. \
              Calibrate one here with `shardplan-train calibrate` and pass its directory to --cost-model",
             if known.is_empty() { "none".to_string() } else { known.join(", ") }
         ),
@@ -263,15 +282,34 @@ mod tests {
         let cpu: Vec<_> = EMBEDDED.iter().filter_map(|p| cpu_model_of(p).map(|m| (p.name, m))).collect();
         assert!(!cpu.is_empty(), "no embedded CPU profile");
         assert!(cpu_model_of(find(DEFAULT_PROFILE).unwrap()).is_none(), "the GPU profile has no CPU model");
+        let cache_of = |name: &str| {
+            let card = ModelCard::from_json(find(name).unwrap().card_json).unwrap();
+            let software = card.hardware["software"].as_str().unwrap().to_string();
+            let mib = software.split("last-level cache ").nth(1).unwrap().split(" MiB").next().unwrap();
+            let bytes = mib.strip_suffix(".0").unwrap().parse::<u64>().unwrap() << 20;
+            assert_eq!(crate::cost::card::last_level_cache_clause(Some(bytes)), format!("last-level cache {mib} MiB"));
+            bytes
+        };
         for (name, model) in &cpu {
-            assert_eq!(cpu_profile_for(model).unwrap().name, *name);
+            assert_eq!(cpu_profile_for(model, Some(cache_of(name))).unwrap().name, *name);
         }
-        let Err(e) = cpu_profile_for("Some Other CPU 9000") else { panic!("an unknown CPU found a profile") };
+        let Err(e) = cpu_profile_for("Some Other CPU 9000", Some(32 << 20)) else {
+            panic!("an unknown CPU found a profile")
+        };
         let e = e.to_string();
         assert!(e.contains("Some Other CPU 9000") && e.contains("calibrate"), "{e}");
         for (name, model) in &cpu {
             assert!(e.contains(name) && e.contains(model.as_str()), "{e}");
         }
+        // The same CPU model behind another cache is another machine: refused, naming both caches and the
+        // profile to name explicitly.
+        let (name, model) = &cpu[0];
+        let other = cache_of(name) * 2 + (1 << 20);
+        let Err(e) = cpu_profile_for(model, Some(other)) else { panic!("another cache found {name}") };
+        let e = e.to_string();
+        let here = crate::cost::card::last_level_cache_clause(Some(other));
+        assert!(e.contains(&here) && e.contains(&format!("--cost-model {name}")), "{e}");
+        assert!(cpu_profile_for(model, None).is_err(), "an unknown cache matched {name}");
     }
 
     #[test]

@@ -907,17 +907,18 @@ fn the_readme_pool_example_plans() {
     );
 }
 
-/// `--cost-model cpu` picks the embedded CPU profile measured on this machine's CPU model, or refuses
-/// naming the CPU and the profiles there are; `list` says which. The expectation follows the machine the
+/// `--cost-model cpu` picks the embedded CPU profile measured on this machine's CPU model and last-level
+/// cache, or refuses naming the CPU, its cache and the profiles there are; `list` says which. The expectation follows the machine the
 /// test runs on.
 #[test]
 fn the_cpu_cost_model_is_the_profile_of_this_machines_cpu() {
-    let here = shardplan_files::cpu_model();
+    let (model, llc) = (shardplan_files::cpu_model(), shardplan_files::llc_bytes());
+    let here = format!("{model}, {}", planner_core::cost::card::last_level_cache_clause(llc));
     let out = scratch("cpu-alias").join("plan.json");
     let args = ["plan", "--sample", "8", "--max-dim", "32", "--devices", "4", "--seed", "1", "--cost-model", "cpu"];
     let (o, text) = run(bin().args(args).args(["--algo", "size-lookup", "--batch", "4096", "--out"]).arg(&out));
     let (_, listed) = run(bin().arg("list"));
-    if let Ok(p) = planner_core::cost::profiles::cpu_profile_for(&here) {
+    if let Ok(p) = planner_core::cost::profiles::cpu_profile_for(&model, llc) {
         assert!(o.status.success(), "{text}");
         assert!(text.contains(&format!("neural:{}", p.name)), "{text}");
         assert!(listed.contains(&format!("({here}): {}", p.name)), "{listed}");
