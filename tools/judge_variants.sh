@@ -18,10 +18,11 @@
 # Environment: COST_MODEL (cpu-epyc-2t), BASE ("torchrec neuroshard neuroshard-refine"), BATCH (4096),
 # ROUNDS (2), REPS (6), QUIET_REF_MS (none: the machine's quiet reference-kernel time, e.g. its profile
 # card's compute.reference_ms; the guard then re-takes samples, and waits before a task, while the machine
-# reads over 1.15x it).
+# reads over 1.15x it), GUARD_RETRIES (the collector's 12: how many paused tries, 30 s apart at most, a
+# sample gets before the run stops on a busy machine; up to 100).
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,21p' "$0" >&2
+  sed -n '2,23p' "$0" >&2
   exit 2
 fi
 cell=$1 out=$2
@@ -77,6 +78,7 @@ for task in "${tasks[@]}"; do
     echo "measuring $task (${#plans[@]} plans)" >&2
     quiet=()
     [ -n "${QUIET_REF_MS:-}" ] && quiet=(--guard-quiet-reference-ms "$QUIET_REF_MS")
+    [ -n "${GUARD_RETRIES:-}" ] && quiet+=(--guard-retries "$GUARD_RETRIES")
     "$collect_bin" --backend cpu --quiet "${quiet[@]}" measure-plan "${plans[@]}" --batch-size "$batch" --reps "$reps" \
       --rounds "$rounds" --seed "$seed_m" --out "$out/$task.measured.json"
   fi

@@ -153,9 +153,8 @@ pub fn fit_relative(terms: &[[f64; TERM_COUNT]], targets: &[f64], idx: &[usize])
 /// bytes.
 #[must_use]
 pub fn llc_from_hardware(hardware: &serde_json::Value) -> Option<u64> {
-    let software = hardware.get("software")?.as_str()?;
-    let rest = &software[software.find("last-level cache ")? + "last-level cache ".len()..];
-    let mut words = rest.split_whitespace();
+    let clause = planner_core::cost::card::last_level_cache(hardware.get("software")?.as_str()?)?;
+    let mut words = clause.strip_prefix("last-level cache ")?.split_whitespace();
     let mib: f64 = words.next()?.parse().ok()?;
     let unit = words.next()?.trim_end_matches([';', ',']);
     (unit == "MiB" && mib.is_finite() && mib > 0.0).then(|| (mib * 1024.0 * 1024.0).round() as u64)

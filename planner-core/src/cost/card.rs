@@ -214,7 +214,8 @@ pub fn last_level_cache_clause(llc_bytes: Option<u64>) -> String {
 }
 
 /// The "last-level cache …" clause of a CPU hardware record's `software` text, if it has one.
-pub(crate) fn last_level_cache(software: &str) -> Option<&str> {
+#[must_use]
+pub fn last_level_cache(software: &str) -> Option<&str> {
     software.split(';').map(str::trim).find(|part| part.starts_with("last-level cache"))
 }
 
