@@ -109,9 +109,9 @@ fn list() {
         println!("  {:<width$}  trained profile{default}: {}", p.name, p.hardware);
     }
     let alias = planner_core::cost::profiles::CPU_ALIAS;
-    let cache = planner_core::cost::card::last_level_cache_clause(shardplan_files::llc_bytes());
-    let here = format!("{}, {cache}", shardplan_files::cpu_model());
-    match planner_core::cost::profiles::cpu_profile_for(&shardplan_files::cpu_model(), shardplan_files::llc_bytes()) {
+    let (model, llc) = (shardplan_files::cpu_model(), shardplan_files::llc_bytes());
+    let here = format!("{model}, {}", planner_core::cost::card::last_level_cache_clause(llc));
+    match planner_core::cost::profiles::cpu_profile_for(&model, llc) {
         Ok(p) => println!("  {alias:<width$}  the CPU profile of this machine ({here}): {}", p.name),
         Err(_) => println!("  {alias:<width$}  the CPU profile of this machine ({here}): none is embedded"),
     }

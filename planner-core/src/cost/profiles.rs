@@ -118,11 +118,21 @@ pub const CPU_ALIAS: &str = "cpu";
 /// model as its one device); `None` for a GPU profile or a card without one.
 #[must_use]
 pub fn cpu_model_of(profile: &EmbeddedProfile) -> Option<String> {
+    cpu_machine_of(profile).map(|(model, _)| model)
+}
+
+/// The CPU model and the last-level cache clause (`cost::card::last_level_cache_clause`) a CPU profile's
+/// card records, its card read once; `None` for a GPU profile or a card without a CPU model.
+fn cpu_machine_of(profile: &EmbeddedProfile) -> Option<(String, String)> {
     let card = crate::cost::ModelCard::from_json(profile.card_json).ok()?;
     if card.hardware.get("backend")?.as_str()? != "cpu" {
         return None;
     }
-    Some(card.hardware.get("devices")?.get(0)?.as_str()?.to_string())
+    let model = card.hardware.get("devices")?.get(0)?.as_str()?.to_string();
+    let software = card.hardware.get("software").and_then(serde_json::Value::as_str).unwrap_or("");
+    let cache = crate::cost::card::last_level_cache(software)
+        .map_or_else(|| crate::cost::card::last_level_cache_clause(None), str::to_string);
+    Some((model, cache))
 }
 
 /// The embedded CPU profile measured on this machine: a CPU of model `model` (`/proc/cpuinfo`'s "model
@@ -137,27 +147,18 @@ pub fn cpu_model_of(profile: &EmbeddedProfile) -> Option<String> {
 /// its cache and the CPU profiles there are with theirs (and how to use one anyway, or calibrate one).
 pub fn cpu_profile_for(model: &str, llc_bytes: Option<u64>) -> Result<&'static EmbeddedProfile> {
     let here_cache = crate::cost::card::last_level_cache_clause(llc_bytes);
-    let cpu: Vec<(&'static EmbeddedProfile, String, String)> = EMBEDDED
-        .iter()
-        .filter_map(|p| {
-            let m = cpu_model_of(p)?;
-            let card = crate::cost::ModelCard::from_json(p.card_json).ok()?;
-            let software = card.hardware.get("software").and_then(serde_json::Value::as_str).unwrap_or("");
-            let cache = crate::cost::card::last_level_cache(software).unwrap_or("last-level cache unknown").to_string();
-            Some((p, m, cache))
-        })
-        .collect();
+    let cpu: Vec<(&'static EmbeddedProfile, String, String)> =
+        EMBEDDED.iter().filter_map(|p| cpu_machine_of(p).map(|(m, c)| (p, m, c))).collect();
     if let Some((p, _, _)) = cpu.iter().find(|(_, m, c)| m == model && *c == here_cache) {
         return Ok(p);
     }
     let known: Vec<String> = cpu.iter().map(|(p, m, c)| format!("{} ({m}, {c})", p.name)).collect();
-    let same_model: Vec<&str> = cpu.iter().filter(|(_, m, _)| m == model).map(|(p, _, _)| p.name).collect();
-    let anyway = match same_model.first() {
-        Some(name) => format!(
-            ". To plan with the profile of another cache anyway, name it (--cost-model {name}); its costs are another machine's"
-        ),
-        None => String::new(),
-    };
+    let anyway = cpu.iter().find(|(_, m, _)| m == model).map_or_else(String::new, |(p, _, _)| {
+        format!(
+            ". To plan with the profile of another cache anyway, name it (--cost-model {}); its costs are another machine's",
+            p.name
+        )
+    });
     Err(Error::CostModel {
         model: CPU_ALIAS.into(),
         message: format!(

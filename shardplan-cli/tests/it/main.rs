@@ -908,8 +908,8 @@ fn the_readme_pool_example_plans() {
 }
 
 /// `--cost-model cpu` picks the embedded CPU profile measured on this machine's CPU model and last-level
-/// cache, or refuses naming the CPU, its cache and the profiles there are; `list` says which. The expectation follows the machine the
-/// test runs on.
+/// cache, or refuses naming the CPU, its cache and the profiles there are; `list` says which. The
+/// expectation follows the machine the test runs on.
 #[test]
 fn the_cpu_cost_model_is_the_profile_of_this_machines_cpu() {
     let (model, llc) = (shardplan_files::cpu_model(), shardplan_files::llc_bytes());
