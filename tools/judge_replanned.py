@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How would a planner changed since a measured bench have fared on it, where its new plans were measured?
 
-Usage: tools/judge_replanned.py BENCH_PLANS LABEL ALGO [--cost-model NAME] [-- PLAN_FLAGS ...]
-  e.g. tools/judge_replanned.py s2027all neuroshard-refine neuroshard+refine
+Usage: tools/judge_replanned.py BENCH_PLANS LABEL ALGO [--cost-model NAME] [--write DIR] [-- PLAN_FLAGS ...]
+  e.g. tools/judge_replanned.py s2027all neuroshard-refine neuroshard+refine --write s2027floor
 
 BENCH_PLANS is a `bench-plans` folder written by `shardplan bench --measure-with` (one sub-folder per cell) or
 an OUT_DIR of `tools/judge_variants.sh`. For every measured task, ALGO plans the task again with the current
@@ -14,8 +14,14 @@ plan is left out and named; nothing is timed again. Per cell: how many tasks' pl
 and, as measured and with the new plans, the mean Kendall's tau-b of each task's plans (pairs tied in both
 prediction and measurement count for neither), the same over distinct plans (a plan two planners returned
 counted once, its measurements averaged), and the judge against itself over distinct plans (its even
-rounds against its odd ones). Standard library and `judge_repeatability.py` (beside it) only.
+rounds against its odd ones). With `--write DIR`, the judged tasks are written to DIR as a bench folder of
+their own (one sub-folder per cell: every plan file, and each measured document with plan LABEL's entry
+replaced by the measurement of the plan the new one equals, its prediction, and the new plan's file), so that
+`judge_reprice.py` and `judge_pairs.py` judge the new planner on the same measurements. Standard library and
+`judge_repeatability.py` (beside it) only.
 """
+
+import copy
 
 import json
 import statistics
@@ -55,7 +61,24 @@ def replan(plan_doc, algo, model, flags, tmp):
         sys.exit(f"{' '.join(cmd)}\n{run.stderr}")
     new = json.loads(out.read_text())
     note = next((line for line in run.stdout.splitlines() if line.startswith("Refinement's plan")), "")
-    return new["pieces"], new["report"]["cost_ms"], note
+    return new["pieces"], new["report"]["cost_ms"], note, new
+
+
+def write_task(out, task, doc, files, k, j, label, new_doc):
+    """Writes `task` to the cell folder `out`: its plan files, the new plan as `TASK_LABEL.plan.json`, and its
+    measured document with plan `k`'s entry replaced by plan `j`'s (the plan the new one equals) under
+    plan `k`'s planner and file name."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (out / f.name).write_text(f.read_text())
+    name = f"{task}_{label}.plan.json"
+    (out / name).write_text(json.dumps(new_doc, indent=1))
+    doc = copy.deepcopy(doc)
+    entry = copy.deepcopy(doc["plans"][j])
+    entry["plan"] = str(out / name)
+    entry["planner"] = doc["plans"][k]["planner"]
+    doc["plans"][k] = entry
+    (out / f"{task}.measured.json").write_text(json.dumps(doc, indent=1))
 
 
 def taus(pieces, pred, meas, halves):
@@ -77,6 +100,15 @@ def main():
         k = args.index("--")
         args, flags = args[:k], args[k + 1:]
     model = pop_cost_model(args, "cpu-epyc-2t")
+    write = None
+    if "--write" in args:
+        k = args.index("--write")
+        if k + 1 >= len(args):
+            sys.exit("--write needs a folder")
+        write = Path(args[k + 1])
+        del args[k : k + 2]
+        if write.exists() and any(write.iterdir()):
+            sys.exit(f"--write {write}: the folder exists and is not empty; nothing was written")
     if len(args) != 3:
         sys.exit(__doc__)
     root, label, algo = Path(args[0]), args[1], args[2]
@@ -99,7 +131,7 @@ def main():
                 k = labels.index(label)
                 files = [plan_file(cell, task, p) for p in plans]
                 pieces = [json.loads(f.read_text())["pieces"] for f in files]
-                new_pieces, new_cost, note = replan(files[k], algo, model, flags, tmp)
+                new_pieces, new_cost, note, new_doc = replan(files[k], algo, model, flags, tmp)
                 notes += bool(note)
                 same = [i for i, pc in enumerate(pieces) if pc == new_pieces]
                 if not same:
@@ -120,6 +152,8 @@ def main():
                 after["t"].append(t2)
                 after["d"].append(d2)
                 after["s"].append(s2)
+                if write:
+                    write_task(write / cell.name, task, doc, files, k, j, label, new_doc)
             m = lambda v: f"{statistics.mean(v):.2f}" if v else "-"  # noqa: E731
             kinds = ", ".join(f"{name} {c}" for name, c in sorted(became.items(), key=lambda x: -x[1]))
             left = f"; left out (new plan not measured): {', '.join(missing)}" if missing else ""
