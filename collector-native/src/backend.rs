@@ -120,12 +120,15 @@ impl CpuBackend {
         // random row reads cost very differently on the two, so they are different hardware to a model.
         let pages = if cpu::transparent_huge_pages_available() { "thp" } else { "4k" };
         let llc = shardplan_files::llc_bytes();
+        // The generation goes in the note, not the fingerprint, so that profiles measured before it was
+        // recorded keep their fingerprint; `other_machine` compares it where both records have one.
+        let generation = shardplan_files::cpu_signature().map_or_else(String::new, |s| format!("; {s}"));
         let hardware = Hardware {
             backend: BackendKind::Cpu,
             fingerprint: format!("cpu:{model}:{threads}t:{pages}"),
             devices: vec![model],
             software: format!(
-                "{threads} threads of {available}; weights on {pages} pages; {}; shardplan-collect {}",
+                "{threads} threads of {available}{generation}; weights on {pages} pages; {}; shardplan-collect {}",
                 planner_core::cost::card::last_level_cache_clause(llc),
                 env!("CARGO_PKG_VERSION")
             ),

@@ -171,6 +171,32 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
+/// The CPU's generation as `/proc/cpuinfo` gives it for the first CPU ("family 26 model 2 stepping 1"),
+/// or `None` where it gives none. Two hosts can report one model name ("AMD EPYC") and be different
+/// generations; the collector records this beside the name so that a measurement says which one it was.
+#[must_use]
+pub fn cpu_signature() -> Option<String> {
+    let text = read_text_capped(Path::new("/proc/cpuinfo"), 16 << 20).ok()?;
+    cpu_signature_of(&text)
+}
+
+/// [`cpu_signature`] of a cpuinfo text: the first CPU's "cpu family", "model" and "stepping" lines.
+fn cpu_signature_of(cpuinfo: &str) -> Option<String> {
+    let first = cpuinfo.split("\n\n").next()?;
+    let field = |name: &str| {
+        first.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let v = v.trim();
+            (k.trim() == name && !v.is_empty() && v.len() <= 16).then(|| v.to_string())
+        })
+    };
+    let (family, model) = (field("cpu family")?, field("model")?);
+    Some(match field("stepping") {
+        Some(s) => format!("family {family} model {model} stepping {s}"),
+        None => format!("family {family} model {model}"),
+    })
+}
+
 /// The size of this machine's last-level cache in bytes, from sysfs (the highest cache index of CPU 0), or
 /// `None` where sysfs does not say. The collector records it in its hardware note and `--cost-model cpu`
 /// matches on it: two hosts that report one CPU model can have different caches.
@@ -199,6 +225,17 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn cpu_signature_reads_the_first_cpu() {
+        let two = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\
+                   model name\t: AMD EPYC\nstepping\t: 1\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\n";
+        assert_eq!(cpu_signature_of(two).as_deref(), Some("family 26 model 2 stepping 1"));
+        assert_eq!(cpu_signature_of("cpu family\t: 6\nmodel\t\t: 143\n").as_deref(), Some("family 6 model 143"));
+        // "model name" is not "model"; an ARM cpuinfo has neither line.
+        assert_eq!(cpu_signature_of("cpu family\t: 6\nmodel name\t: Xeon\n"), None);
+        assert_eq!(cpu_signature_of("processor\t: 0\nCPU implementer\t: 0x41\n"), None);
     }
 
     fn entries(dir: &Path) -> Vec<String> {

@@ -188,21 +188,35 @@ pub struct ModelCard {
 /// fingerprint. The one rule for "the same machine": the same fingerprint and, for a CPU, the same
 /// last-level cache the collector reported (two cloud hosts report one "Intel(R) Xeon(R) Processor" with
 /// 260 and 480 MiB, and the CPU backend's costs differ between them; `docs/COST_MODELS.md`, "Another
-/// machine is not another speed"). Another collector version is the same machine.
+/// machine is not another speed"), and the same CPU generation where both records name one (two hosts
+/// report one "AMD EPYC" with 32 MiB; records written before the generation was recorded name none).
+/// Another collector version is the same machine.
 #[must_use]
 pub fn other_machine(recorded: &serde_json::Value, here: &crate::dataset::Hardware) -> Option<String> {
     let fingerprint = recorded.get("fingerprint")?.as_str()?;
-    let cache = last_level_cache(recorded.get("software").and_then(serde_json::Value::as_str).unwrap_or(""));
-    let here_cache = last_level_cache(&here.software);
-    if fingerprint == here.fingerprint && cache == here_cache {
+    let software = recorded.get("software").and_then(serde_json::Value::as_str).unwrap_or("");
+    let (cache, here_cache) = (last_level_cache(software), last_level_cache(&here.software));
+    let (generation, here_generation) = (cpu_generation(software), cpu_generation(&here.software));
+    let same_generation = generation.is_none() || here_generation.is_none() || generation == here_generation;
+    if fingerprint == here.fingerprint && cache == here_cache && same_generation {
         return None;
     }
-    let describe = |fp: &str, cache: Option<&str>| cache.map_or_else(|| format!("`{fp}`"), |c| format!("`{fp}` ({c})"));
+    let describe = |fp: &str, cache: Option<&str>, generation: Option<&str>| {
+        let notes: Vec<&str> = cache.into_iter().chain(generation).collect();
+        if notes.is_empty() { format!("`{fp}`") } else { format!("`{fp}` ({})", notes.join(", ")) }
+    };
     Some(format!(
         "measured on {}, and this machine is {}",
-        describe(fingerprint, cache),
-        describe(&here.fingerprint, here_cache)
+        describe(fingerprint, cache, generation),
+        describe(&here.fingerprint, here_cache, here_generation)
     ))
+}
+
+/// The CPU generation clause of a CPU hardware record's `software` text ("family 26 model 2 stepping
+/// 1", as the collector writes it from `/proc/cpuinfo`), if it has one.
+#[must_use]
+pub fn cpu_generation(software: &str) -> Option<&str> {
+    software.split(';').map(str::trim).find(|part| part.starts_with("family "))
 }
 
 /// The clause a CPU hardware record's `software` text gives its last-level cache in (`last-level cache

@@ -267,6 +267,15 @@ mod tests {
                 Hardware { software: own.software.replace(cache, "last-level cache 999.0 MiB"), ..own.clone() };
             let why = other_machine(&format!("neural:{}", p.name), &bigger).unwrap();
             assert!(why.contains(cache) && why.contains("999.0 MiB") && why.contains(p.name), "{why}");
+            // A record that names a CPU generation is compared with one that names another, and not with
+            // the embedded cards, written before the generation was recorded.
+            let with_generation = |g: &str| Hardware { software: format!("{}; {g}", own.software), ..own.clone() };
+            let (zen5, zen4) = (with_generation("family 26 model 2 stepping 1"), with_generation("family 25 model 17"));
+            assert_eq!(other_machine(p.name, &zen5), None);
+            let zen5_card = serde_json::json!({"fingerprint": zen5.fingerprint, "software": zen5.software});
+            assert_eq!(crate::cost::card::other_machine(&zen5_card, &zen5), None);
+            let why = crate::cost::card::other_machine(&zen5_card, &zen4).unwrap();
+            assert!(why.contains("family 26 model 2 stepping 1") && why.contains("family 25 model 17"), "{why}");
             let elsewhere = Hardware { fingerprint: "cpu:Some Other CPU:2t:thp".into(), ..own.clone() };
             let why = other_machine(p.name, &elsewhere).unwrap();
             assert!(why.contains(&own.fingerprint) && why.contains("Some Other CPU"), "{why}");
