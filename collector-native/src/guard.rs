@@ -239,6 +239,9 @@ impl Guard {
                     attempt + 1
                 );
             }
+            if let Some(line) = waiting_notice("the run's start", &limits, None, baseline, attempt, pause) {
+                eprintln!("{line}");
+            }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_secs(30));
         }
@@ -291,6 +294,11 @@ impl Guard {
                     c.reference_ratio,
                     self.limits.reference_ratio
                 );
+            }
+            let c = verdict.conditions;
+            let reading = c.reference_ms.unwrap_or(f64::NAN);
+            if let Some(line) = waiting_notice(what, &self.limits, Some(&c), reading, attempt, pause) {
+                eprintln!("{line}");
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_secs(30));
@@ -355,6 +363,65 @@ impl Guard {
             && !reference_ms.is_some_and(|ms| l.too_slow(ms));
         Ok(Verdict { conditions, quiet })
     }
+}
+
+/// Pauses shorter than this pass without a word: a host that is busy for a second or two is the
+/// guard's everyday work, and a line per retry would drown the run's output.
+const NOTICE_PAUSE: Duration = Duration::from_secs(4);
+
+/// The line the guard prints before pausing `pause` after try `attempt` (0-based) of `what` was
+/// refused, or `None` for a pause under [`NOTICE_PAUSE`]. Printed under `--quiet` too (it is not
+/// progress): a run the guard holds for minutes otherwise looks hung. `conditions` are the refused
+/// sample's readings (`None` at the run's start, where only the reference kernel was timed);
+/// `reference_ms` is the reading that was judged (NaN where none was taken).
+fn waiting_notice(
+    what: &str,
+    limits: &GuardLimits,
+    conditions: Option<&Conditions>,
+    reference_ms: f64,
+    attempt: u32,
+    pause: Duration,
+) -> Option<String> {
+    if pause < NOTICE_PAUSE {
+        return None;
+    }
+    let mut why = Vec::new();
+    if let Some(c) = conditions {
+        if c.other_busy_pct > limits.other_busy_pct {
+            why.push(format!(
+                "other processes {:.1}% of CPU time (limit {:.0}%)",
+                c.other_busy_pct, limits.other_busy_pct
+            ));
+        }
+        if c.steal_pct > limits.steal_pct {
+            why.push(format!("steal {:.1}% (limit {:.0}%)", c.steal_pct, limits.steal_pct));
+        }
+        if c.reference_ratio > limits.reference_ratio {
+            why.push(format!(
+                "reference kernel {:.2}× its baseline (limit {:.2}×)",
+                c.reference_ratio, limits.reference_ratio
+            ));
+        }
+    }
+    if let Some(q) = limits.quiet_reference_ms
+        && limits.too_slow(reference_ms)
+    {
+        why.push(format!(
+            "reference kernel {reference_ms:.2} ms, {:.2}× the quiet {q} ms (limit {:.2}×)",
+            reference_ms / q,
+            limits.max_slowdown
+        ));
+    }
+    if why.is_empty() {
+        why.push("disturbed".into());
+    }
+    Some(format!(
+        "contention guard: {what}: {}; waiting {} s (try {} of {})",
+        why.join("; "),
+        pause.as_secs(),
+        attempt + 1,
+        limits.retries + 1
+    ))
 }
 
 /// How far a measurement's rounds drifted ([`round_drift`]).
@@ -438,6 +505,27 @@ mod tests {
         on.limits.max_drift = 1.15;
         let e = on.check_rounds("task 3", &rounds).unwrap_err().to_string();
         assert!(e.contains("task 3") && e.contains("round 1") && e.contains("round 3") && e.contains("1.20×"), "{e}");
+    }
+
+    #[test]
+    fn a_long_wait_is_announced_with_its_reason() {
+        let limits = GuardLimits { quiet_reference_ms: Some(15.7), retries: 100, ..GuardLimits::default() };
+        // Short pauses pass without a word.
+        assert_eq!(waiting_notice("set 3", &limits, None, 24.0, 1, Duration::from_secs(2)), None);
+        let start = waiting_notice("the run's start", &limits, None, 24.11, 2, Duration::from_secs(4)).unwrap();
+        assert!(start.contains("24.11 ms, 1.54× the quiet 15.7 ms (limit 1.15×)"), "{start}");
+        assert!(start.contains("waiting 4 s (try 3 of 101)"), "{start}");
+        let busy = Conditions {
+            other_busy_pct: 48.0,
+            steal_pct: 0.5,
+            reference_ratio: 1.6,
+            reference_ms: Some(16.0),
+            retries: 0,
+        };
+        let line = waiting_notice("set 3", &limits, Some(&busy), 16.0, 5, Duration::from_secs(30)).unwrap();
+        assert!(line.starts_with("contention guard: set 3: other processes 48.0% of CPU time (limit 10%)"), "{line}");
+        assert!(line.contains("reference kernel 1.60× its baseline") && !line.contains("steal"), "{line}");
+        assert!(!line.contains("the quiet"), "16.0 ms is within 1.15 × 15.7: {line}");
     }
 
     #[test]
