@@ -172,7 +172,7 @@ pub fn template(
 }
 
 /// The contention guard's limits from the command line.
-fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
+pub fn guard_limits(cli: &Cli) -> Result<GuardLimits> {
     if !(cli.guard_max_busy_pct.is_finite() && (0.0..=100.0).contains(&cli.guard_max_busy_pct)) {
         bail!("--guard-max-busy-pct = {} is invalid: a percentage in 0..=100", cli.guard_max_busy_pct);
     }

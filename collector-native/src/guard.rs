@@ -424,6 +424,66 @@ fn waiting_notice(
     ))
 }
 
+/// `n` readings of the reference kernel on `backend` at `batch`, one after another: how the machine
+/// reads before a long measurement is started on it (`shardplan-collect steady`).
+pub fn reference_readings(backend: &mut dyn Backend, batch: u32, n: usize) -> Result<Vec<f64>> {
+    let (tables, bags) = reference_set(batch)?;
+    (0..n).map(|_| time_reference(backend, &tables, &bags)).collect()
+}
+
+/// Whether `readings` of the reference kernel, taken one after another, show a machine steady enough to
+/// measure on under `limits`: the lines to print and the verdict. Unsteady when the slowest reading is
+/// more than `max_drift` times the fastest (rounds of a measurement taken at such speeds would be refused
+/// by [`Guard::check_rounds`]), or, with a quiet time, when the median reads over `max_slowdown` times it
+/// (the guard would not start). Fewer than two readings are refused by the caller.
+#[must_use]
+pub fn steadiness(readings: &[f64], limits: &GuardLimits) -> (Vec<String>, bool) {
+    let mut sorted: Vec<f64> = readings.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let (fast, slow) = (sorted[0], sorted[sorted.len() - 1]);
+    let med = median(readings);
+    let spread = slow / fast;
+    let mut lines = vec![
+        format!(
+            "reference kernel, {} readings, ms: {}",
+            readings.len(),
+            readings.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
+        ),
+        format!("median {med:.2} ms, fastest {fast:.2}, slowest {slow:.2} ({spread:.2}×)"),
+    ];
+    let mut steady = true;
+    if spread > limits.max_drift {
+        steady = false;
+        lines.push(format!(
+            "unsteady: the slowest reading is {spread:.2}× the fastest (limit --guard-max-drift {:.2}×); rounds \
+             taken across such moments are refused by the drift check",
+            limits.max_drift
+        ));
+    }
+    if let Some(q) = limits.quiet_reference_ms {
+        let within = readings.iter().filter(|&&r| !limits.too_slow(r)).count();
+        lines.push(format!(
+            "{within} of {} readings within {:.2}× the quiet {q} ms (median {:.2}×)",
+            readings.len(),
+            limits.max_slowdown,
+            med / q
+        ));
+        if limits.too_slow(med) {
+            steady = false;
+            lines.push(format!(
+                "too slow: the median reads {:.2}× the quiet time (limit --guard-max-slowdown {:.2}×); the guard \
+                 waits before every task",
+                med / q,
+                limits.max_slowdown
+            ));
+        }
+    }
+    if steady {
+        lines.push("steady: a measurement started now passes the guard's speed checks".into());
+    }
+    (lines, steady)
+}
+
 /// How far a measurement's rounds drifted ([`round_drift`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundDrift {
@@ -505,6 +565,23 @@ mod tests {
         on.limits.max_drift = 1.15;
         let e = on.check_rounds("task 3", &rounds).unwrap_err().to_string();
         assert!(e.contains("task 3") && e.contains("round 1") && e.contains("round 3") && e.contains("1.20×"), "{e}");
+    }
+
+    #[test]
+    fn steadiness_names_a_flickering_or_slow_machine() {
+        let limits = GuardLimits { quiet_reference_ms: Some(18.57), ..GuardLimits::default() };
+        let (lines, steady) = steadiness(&[18.2, 18.9, 18.4, 19.0, 18.6], &limits);
+        assert!(steady && lines.last().unwrap().starts_with("steady"), "{lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("5 of 5 readings within 1.15×")), "{lines:?}");
+        // The day's flicker: fast and slow moments seconds apart.
+        let (lines, steady) = steadiness(&[24.5, 15.6, 25.8, 23.7, 17.4, 26.5], &limits);
+        assert!(!steady, "{lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("unsteady: the slowest reading is 1.70×")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("too slow: the median reads 1.30×")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("2 of 6 readings within")), "{lines:?}");
+        // Slow but steady, without a quiet time: nothing to compare the speed with.
+        let (lines, steady) = steadiness(&[24.5, 25.0, 24.8], &GuardLimits::default());
+        assert!(steady && !lines.iter().any(|l| l.contains("quiet")), "{lines:?}");
     }
 
     #[test]

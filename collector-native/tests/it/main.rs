@@ -721,3 +721,29 @@ fn the_calibration_loop_measures_retrains_and_resumes() {
     let _ = std::fs::remove_dir_all(&split_out);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn steady_reads_the_reference_kernel_and_judges_the_machine() {
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["--quiet"])
+            .args(extra)
+            .args(["steady", "--readings", "2", "--batch-size", "64"])
+            .output()
+            .unwrap()
+    };
+    // Limits no machine can miss: steady, exit 0, both readings printed.
+    let o = run(&["--guard-quiet-reference-ms", "1000000", "--guard-max-drift", "1000"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.starts_with("reference kernel, 2 readings, ms: ") && out.contains("\nsteady: "), "{out}");
+    // A quiet time no machine can reach: too slow, exit 3.
+    let o = run(&["--guard-quiet-reference-ms", "0.000001"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", stderr(&o));
+    assert!(out.contains("0 of 2 readings within") && out.contains("too slow: the median reads"), "{out}");
+    // Bad input is refused before anything is timed, naming the flag and the value.
+    let o = collect(&["steady", "--readings", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--readings = 1 is invalid"), "{}", stderr(&o));
+}
