@@ -438,9 +438,8 @@ pub fn reference_readings(backend: &mut dyn Backend, batch: u32, n: usize) -> Re
 /// (the guard would not start). Fewer than two readings are refused by the caller.
 #[must_use]
 pub fn steadiness(readings: &[f64], limits: &GuardLimits) -> (Vec<String>, bool) {
-    let mut sorted: Vec<f64> = readings.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let (fast, slow) = (sorted[0], sorted[sorted.len() - 1]);
+    let fast = readings.iter().copied().fold(f64::INFINITY, f64::min);
+    let slow = readings.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let med = median(readings);
     let spread = slow / fast;
     let mut lines = vec![

@@ -41,6 +41,7 @@ mod cuda;
 mod guard;
 mod measure;
 mod sets_cmd;
+mod steady_cmd;
 mod workload;
 
 use anyhow::Result;
@@ -120,34 +121,7 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Time the contention guard's reference kernel several times in a row and say whether the machine
     /// is steady enough to start a long measurement on (exit code 3 when it is not).
-    Steady(SteadyArgs),
-}
-
-/// Arguments of `shardplan-collect steady`.
-#[derive(clap::Args, Debug)]
-struct SteadyArgs {
-    /// Readings of the reference kernel, one after another (about a second each on a CPU).
-    #[arg(long, default_value_t = 15)]
-    readings: usize,
-    /// Bags per table of the reference kernel: the batch of the measurement to come.
-    #[arg(long, default_value_t = 4096)]
-    batch_size: u32,
-}
-
-/// `shardplan-collect steady`: the readings and the verdict on stdout; exit code 3 when unsteady.
-fn steady(cli: &Cli, args: &SteadyArgs) -> Result<i32> {
-    if !(2..=1000).contains(&args.readings) {
-        anyhow::bail!("--readings = {} is invalid: use 2..=1000", args.readings);
-    }
-    common::validate_timing(args.batch_size, 1, 0)?;
-    let limits = common::guard_limits(cli)?;
-    let mut backend = common::make_backend(cli, true)?;
-    let readings = guard::reference_readings(backend.as_mut(), args.batch_size, args.readings)?;
-    let (lines, steady) = guard::steadiness(&readings, &limits);
-    for l in lines {
-        println!("{l}");
-    }
-    Ok(if steady { 0 } else { 3 })
+    Steady(steady_cmd::SteadyArgs),
 }
 
 fn main() {
@@ -174,6 +148,6 @@ fn run(cli: &Cli) -> Result<i32> {
         Command::MeasurePlan(args) => measure::run(cli, args),
         Command::Check(args) => check_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(cli, args),
-        Command::Steady(args) => steady(cli, args),
+        Command::Steady(args) => steady_cmd::run(cli, args),
     }
 }
