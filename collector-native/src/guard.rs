@@ -435,9 +435,12 @@ pub fn reference_readings(backend: &mut dyn Backend, batch: u32, n: usize) -> Re
 /// measure on under `limits`: the lines to print and the verdict. Unsteady when the slowest reading is
 /// more than `max_drift` times the fastest (rounds of a measurement taken at such speeds would be refused
 /// by [`Guard::check_rounds`]), or, with a quiet time, when the median reads over `max_slowdown` times it
-/// (the guard would not start). Fewer than two readings are refused by the caller.
+/// (the guard would not start). Fewer than two readings are refused by the caller. `usage` is the share
+/// of the machine's CPU time other processes used and the hypervisor stole while the readings were
+/// taken ([`usage_pct`]; `None` where `/proc` is not available): a machine found unsteady or slow is told
+/// whether something on it ran beside the readings or the slowdown came from outside it.
 #[must_use]
-pub fn steadiness(readings: &[f64], limits: &GuardLimits) -> (Vec<String>, bool) {
+pub fn steadiness(readings: &[f64], limits: &GuardLimits, usage: Option<(f64, f64)>) -> (Vec<String>, bool) {
     let fast = readings.iter().copied().fold(f64::INFINITY, f64::min);
     let slow = readings.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let med = median(readings);
@@ -477,10 +480,39 @@ pub fn steadiness(readings: &[f64], limits: &GuardLimits) -> (Vec<String>, bool)
             ));
         }
     }
+    if let Some((other, steal)) = usage {
+        lines.push(format!("while reading: other processes {other:.1}% of the CPU time, steal {steal:.1}%"));
+        if !steady {
+            lines.push(slowdown_cause(other, steal, limits));
+        }
+    }
     if steady {
         lines.push("steady: a measurement started now passes the guard's speed checks".into());
     }
     (lines, steady)
+}
+
+/// Where the change of speed of an unsteady or slow machine came from, from the CPU time other processes used
+/// (`other`, percent) and the hypervisor stole (`steal`) while the reference kernel was read.
+fn slowdown_cause(other: f64, steal: f64, limits: &GuardLimits) -> String {
+    if other > limits.other_busy_pct {
+        format!(
+            "cause: other processes used {other:.1}% of the CPU time (limit {:.0}%): stop what runs beside the \
+             measurement",
+            limits.other_busy_pct
+        )
+    } else if steal > limits.steal_pct {
+        format!(
+            "cause: the hypervisor stole {steal:.1}% of the CPU time (limit {:.0}%): the host is oversubscribed; \
+             wait, or measure on another machine",
+            limits.steal_pct
+        )
+    } else {
+        "cause: outside this machine: nothing else ran here and nothing was stolen, so what moves the reference \
+         kernel's speed comes from the host (other machines on it share its memory and caches, out of this \
+         one's sight); stopping nothing here helps: wait until `steady` passes, or measure on another machine"
+            .into()
+    }
 }
 
 /// How far a measurement's rounds drifted ([`round_drift`]).
@@ -569,17 +601,32 @@ mod tests {
     #[test]
     fn steadiness_names_a_flickering_or_slow_machine() {
         let limits = GuardLimits { quiet_reference_ms: Some(18.57), ..GuardLimits::default() };
-        let (lines, steady) = steadiness(&[18.2, 18.9, 18.4, 19.0, 18.6], &limits);
+        let (lines, steady) = steadiness(&[18.2, 18.9, 18.4, 19.0, 18.6], &limits, None);
         assert!(steady && lines.last().unwrap().starts_with("steady"), "{lines:?}");
         assert!(lines.iter().any(|l| l.starts_with("5 of 5 readings within 1.15×")), "{lines:?}");
         // The day's flicker: fast and slow moments seconds apart.
-        let (lines, steady) = steadiness(&[24.5, 15.6, 25.8, 23.7, 17.4, 26.5], &limits);
+        let (lines, steady) = steadiness(&[24.5, 15.6, 25.8, 23.7, 17.4, 26.5], &limits, Some((0.4, 0.0)));
         assert!(!steady, "{lines:?}");
         assert!(lines.iter().any(|l| l.starts_with("unsteady: the slowest reading is 1.70×")), "{lines:?}");
         assert!(lines.iter().any(|l| l.starts_with("too slow: the median reads 1.30×")), "{lines:?}");
         assert!(lines.iter().any(|l| l.starts_with("2 of 6 readings within")), "{lines:?}");
+        // Nothing ran beside the readings and nothing was stolen: the cause is outside the machine.
+        assert!(
+            lines.iter().any(|l| l == "while reading: other processes 0.4% of the CPU time, steal 0.0%"),
+            "{lines:?}"
+        );
+        assert!(lines.last().unwrap().starts_with("cause: outside this machine"), "{lines:?}");
+        // A process beside the readings, or a hypervisor that steals, is named instead.
+        let slow = [24.5, 25.0, 24.8];
+        let (lines, _) = steadiness(&slow, &limits, Some((48.0, 12.0)));
+        assert!(lines.last().unwrap().starts_with("cause: other processes used 48.0%"), "{lines:?}");
+        let (lines, _) = steadiness(&slow, &limits, Some((3.0, 12.0)));
+        assert!(lines.last().unwrap().starts_with("cause: the hypervisor stole 12.0%"), "{lines:?}");
+        // A steady machine gets its counters and no cause.
+        let (lines, steady) = steadiness(&[18.2, 18.9, 18.4], &limits, Some((48.0, 0.0)));
+        assert!(steady && !lines.iter().any(|l| l.starts_with("cause")), "{lines:?}");
         // Slow but steady, without a quiet time: nothing to compare the speed with.
-        let (lines, steady) = steadiness(&[24.5, 25.0, 24.8], &GuardLimits::default());
+        let (lines, steady) = steadiness(&slow, &GuardLimits::default(), None);
         assert!(steady && !lines.iter().any(|l| l.contains("quiet")), "{lines:?}");
     }
 

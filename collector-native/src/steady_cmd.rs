@@ -25,8 +25,10 @@ pub fn run(cli: &Cli, args: &SteadyArgs) -> Result<i32> {
     common::validate_timing(args.batch_size, 1, 0)?;
     let limits = common::guard_limits(cli)?;
     let mut backend = common::make_backend(cli, true)?;
+    let before = guard::cpu_ticks();
     let readings = guard::reference_readings(backend.as_mut(), args.batch_size, args.readings)?;
-    let (lines, steady) = guard::steadiness(&readings, &limits);
+    let usage = before.zip(guard::cpu_ticks()).map(|(b, a)| guard::usage_pct(b, a));
+    let (lines, steady) = guard::steadiness(&readings, &limits, usage);
     for l in lines {
         println!("{l}");
     }

@@ -737,11 +737,14 @@ fn steady_reads_the_reference_kernel_and_judges_the_machine() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
     assert!(out.starts_with("reference kernel, 2 readings, ms: ") && out.contains("\nsteady: "), "{out}");
+    // What else used the machine while it read (Linux's /proc), and no cause for a steady machine.
+    assert!(out.contains("\nwhile reading: other processes ") && !out.contains("\ncause: "), "{out}");
     // A quiet time no machine can reach: too slow, exit 3.
     let o = run(&["--guard-quiet-reference-ms", "0.000001"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(3), "{out}{}", stderr(&o));
     assert!(out.contains("0 of 2 readings within") && out.contains("too slow: the median reads"), "{out}");
+    assert!(out.contains("\ncause: "), "{out}");
     // Bad input is refused before anything is timed, naming the flag and the value.
     let o = collect(&["steady", "--readings", "1"]);
     assert_eq!(o.status.code(), Some(1));
