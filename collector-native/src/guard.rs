@@ -220,9 +220,11 @@ impl Guard {
         let mut pause = g.pause;
         for attempt in 0..=limits.retries {
             let mut readings = Vec::with_capacity(BASELINE_READINGS);
+            let before = cpu_ticks();
             for _ in 0..BASELINE_READINGS {
                 readings.push(time_reference(backend, &tables, &bags)?);
             }
+            let usage = before.zip(cpu_ticks()).map(|(b, a)| usage_pct(b, a));
             let baseline = median(&readings);
             if !limits.too_slow(baseline) {
                 g.reference = Some(Reference { tables, bags, recent: readings.into() });
@@ -239,7 +241,15 @@ impl Guard {
                     attempt + 1
                 );
             }
-            if let Some(line) = waiting_notice("the run's start", &limits, None, baseline, attempt, pause) {
+            // What else used the machine while the baseline was read (no sample has run yet: no ratio).
+            let seen = usage.map(|(other_busy_pct, steal_pct)| Conditions {
+                other_busy_pct,
+                steal_pct,
+                reference_ratio: 1.0,
+                reference_ms: Some(baseline),
+                retries: attempt,
+            });
+            if let Some(line) = waiting_notice("the run's start", &limits, seen.as_ref(), baseline, attempt, pause) {
                 eprintln!("{line}");
             }
             std::thread::sleep(pause);
@@ -372,7 +382,9 @@ const NOTICE_PAUSE: Duration = Duration::from_secs(4);
 /// The line the guard prints before pausing `pause` after try `attempt` (0-based) of `what` was
 /// refused, or `None` for a pause under [`NOTICE_PAUSE`]. Printed under `--quiet` too (it is not
 /// progress): a run the guard holds for minutes otherwise looks hung. `conditions` are the refused
-/// sample's readings (`None` at the run's start, where only the reference kernel was timed);
+/// sample's readings, or at the run's start the CPU counters around the baseline's readings (`None`
+/// where `/proc` is not available); when they show neither other processes nor steal over their limits,
+/// the line says that the slowdown comes from outside the machine;
 /// `reference_ms` is the reading that was judged (NaN where none was taken).
 fn waiting_notice(
     what: &str,
@@ -414,6 +426,12 @@ fn waiting_notice(
     }
     if why.is_empty() {
         why.push("disturbed".into());
+    } else if let Some(c) = conditions
+        && c.other_busy_pct <= limits.other_busy_pct
+        && c.steal_pct <= limits.steal_pct
+    {
+        // Only the reference kernel is slow: say that nothing here can be stopped to cure it.
+        why.push(format!("the slowdown is from {FROM_OUTSIDE}"));
     }
     Some(format!(
         "contention guard: {what}: {}; waiting {} s (try {} of {})",
@@ -508,12 +526,15 @@ fn slowdown_cause(other: f64, steal: f64, limits: &GuardLimits) -> String {
             limits.steal_pct
         )
     } else {
-        "cause: outside this machine: nothing else ran here and nothing was stolen, so what moves the reference \
-         kernel's speed comes from the host (other machines on it share its memory and caches, out of this \
-         one's sight); stopping nothing here helps: wait until `steady` passes, or measure on another machine"
-            .into()
+        format!(
+            "cause: {FROM_OUTSIDE} (other machines on the host share its memory and caches, out of this one's \
+             sight); stopping nothing here helps: wait until `steady` passes, or measure on another machine"
+        )
     }
 }
+
+/// What a slow or unsteady reference kernel means when neither other processes nor steal explain it.
+const FROM_OUTSIDE: &str = "outside this machine: nothing else ran here and nothing was stolen";
 
 /// How far a measurement's rounds drifted ([`round_drift`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -649,6 +670,12 @@ mod tests {
         assert!(line.starts_with("contention guard: set 3: other processes 48.0% of CPU time (limit 10%)"), "{line}");
         assert!(line.contains("reference kernel 1.60× its baseline") && !line.contains("steal"), "{line}");
         assert!(!line.contains("the quiet"), "16.0 ms is within 1.15 × 15.7: {line}");
+        assert!(!line.contains("outside this machine"), "other processes were busy: {line}");
+        // Only the reference kernel slow, nothing else running, nothing stolen: the host's own slowdown.
+        let quiet = Conditions { other_busy_pct: 0.3, steal_pct: 0.2, reference_ratio: 1.0, ..busy };
+        let line = waiting_notice("the run's start", &limits, Some(&quiet), 24.0, 3, Duration::from_secs(8)).unwrap();
+        assert!(line.contains("1.53× the quiet 15.7 ms (limit 1.15×); the slowdown is from outside this machine: nothing else ran here and nothing was stolen; waiting 8 s"), "{line}");
+        assert!(!start.contains("outside"), "no counters, no claim: {start}");
     }
 
     #[test]
