@@ -86,6 +86,12 @@ pub fn cpu_ticks() -> Option<CpuTicks> {
     Some(CpuTicks { total, busy, steal, own })
 }
 
+/// [`usage_pct`] from `before` to now (`None` where either reading is not available).
+#[must_use]
+pub fn usage_since(before: Option<CpuTicks>) -> Option<(f64, f64)> {
+    before.zip(cpu_ticks()).map(|(b, a)| usage_pct(b, a))
+}
+
 /// (other processes' busy share, steal share) between two readings, percent of the machine.
 #[must_use]
 pub fn usage_pct(before: CpuTicks, after: CpuTicks) -> (f64, f64) {
@@ -120,6 +126,13 @@ pub struct GuardLimits {
 }
 
 impl GuardLimits {
+    /// Whether the CPU time other processes used (`other_pct`) and the hypervisor stole (`steal_pct`)
+    /// are both within their limits.
+    #[must_use]
+    pub fn counters_within(&self, other_pct: f64, steal_pct: f64) -> bool {
+        other_pct <= self.other_busy_pct && steal_pct <= self.steal_pct
+    }
+
     /// Whether a reference reading shows the machine slower than `max_slowdown` times its quiet speed.
     #[must_use]
     pub fn too_slow(&self, reference_ms: f64) -> bool {
@@ -224,7 +237,7 @@ impl Guard {
             for _ in 0..BASELINE_READINGS {
                 readings.push(time_reference(backend, &tables, &bags)?);
             }
-            let usage = before.zip(cpu_ticks()).map(|(b, a)| usage_pct(b, a));
+            let usage = usage_since(before);
             let baseline = median(&readings);
             if !limits.too_slow(baseline) {
                 g.reference = Some(Reference { tables, bags, recent: readings.into() });
@@ -367,8 +380,7 @@ impl Guard {
         };
         let conditions = Conditions { other_busy_pct, steal_pct, reference_ratio, reference_ms, retries };
         let l = self.limits;
-        let quiet = other_busy_pct <= l.other_busy_pct
-            && steal_pct <= l.steal_pct
+        let quiet = l.counters_within(other_busy_pct, steal_pct)
             && reference_ratio <= l.reference_ratio
             && !reference_ms.is_some_and(|ms| l.too_slow(ms));
         Ok(Verdict { conditions, quiet })
@@ -427,8 +439,7 @@ fn waiting_notice(
     if why.is_empty() {
         why.push("disturbed".into());
     } else if let Some(c) = conditions
-        && c.other_busy_pct <= limits.other_busy_pct
-        && c.steal_pct <= limits.steal_pct
+        && limits.counters_within(c.other_busy_pct, c.steal_pct)
     {
         // Only the reference kernel is slow: say that nothing here can be stopped to cure it.
         why.push(format!("the slowdown is from {FROM_OUTSIDE}"));

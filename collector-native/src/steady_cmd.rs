@@ -27,7 +27,7 @@ pub fn run(cli: &Cli, args: &SteadyArgs) -> Result<i32> {
     let mut backend = common::make_backend(cli, true)?;
     let before = guard::cpu_ticks();
     let readings = guard::reference_readings(backend.as_mut(), args.batch_size, args.readings)?;
-    let usage = before.zip(guard::cpu_ticks()).map(|(b, a)| guard::usage_pct(b, a));
+    let usage = guard::usage_since(before);
     let (lines, steady) = guard::steadiness(&readings, &limits, usage);
     for l in lines {
         println!("{l}");
