@@ -26,6 +26,9 @@
 //!
 //! A measurement of several rounds is also refused when its rounds ran at different speeds
 //! ([`Guard::check_rounds`]: the slowest round's median reading over the fastest's, `max_drift`).
+//! Before it is refused, the round farthest from the speed most rounds ran at ([`odd_round`]) is taken
+//! again, as many times as there are rounds at most (`measure-plan`): a host that changes speed for
+//! minutes at a time still gives a measurement whose rounds ran at one speed.
 //!
 //! A disturbed sample is measured again after a pause that doubles each time (1 s, 2 s, 4 s, … 30 s at
 //! most, about five minutes over the default twelve tries); after `retries` the run stops with an
@@ -336,12 +339,7 @@ impl Guard {
     /// plans timed more often in the slow rounds' order lose. `round_readings[r]` are round `r`'s readings;
     /// a guard that is off, or fewer than two rounds with readings, passes. `what` names the measurement.
     pub fn check_rounds(&self, what: &str, round_readings: &[Vec<f64>]) -> Result<()> {
-        if self.reference.is_none() {
-            return Ok(());
-        }
-        if let Some(d) = round_drift(round_readings)
-            && d.ratio > self.limits.max_drift
-        {
+        if let Some(d) = self.drifted(round_readings) {
             bail!(
                 "{what}: the machine's speed drifted between rounds: the reference kernel's median read {:.2} ms in \
                  round {} and {:.2} ms in round {} ({:.2}×, limit --guard-max-drift {:.2}×); rounds taken at two \
@@ -355,6 +353,15 @@ impl Guard {
             );
         }
         Ok(())
+    }
+
+    /// The drift of a measurement's rounds ([`round_drift`]) where it is over `max_drift`, for a guard that
+    /// is on; `None` where the rounds may be kept. The one rule of [`Guard::check_rounds`] and of the
+    /// rounds `measure-plan` takes again.
+    #[must_use]
+    pub fn drifted(&self, round_readings: &[Vec<f64>]) -> Option<RoundDrift> {
+        self.reference.as_ref()?;
+        round_drift(round_readings).filter(|d| d.ratio > self.limits.max_drift)
     }
 
     fn judge(
@@ -577,6 +584,25 @@ pub fn round_drift(round_readings: &[Vec<f64>]) -> Option<RoundDrift> {
     Some(RoundDrift { ratio: slow_ms / fast_ms, fast_round, fast_ms, slow_round, slow_ms })
 }
 
+/// The round of a drifted measurement to take again: the one whose median reading is farthest, by ratio,
+/// from the median of the rounds' medians (the speed most rounds ran at); ties to the earlier round.
+/// `None` where [`round_drift`] has nothing to compare.
+#[must_use]
+pub fn odd_round(round_readings: &[Vec<f64>]) -> Option<usize> {
+    round_drift(round_readings)?;
+    let medians: Vec<(usize, f64)> =
+        round_readings.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, r)| (i, median(r))).collect();
+    let centre = median(&medians.iter().map(|m| m.1).collect::<Vec<_>>());
+    let far = |m: f64| (m / centre).ln().abs();
+    medians
+        .iter()
+        .fold(None, |best: Option<(usize, f64)>, &(i, m)| match best {
+            Some((_, b)) if b >= far(m) => best,
+            _ => Some((i, far(m))),
+        })
+        .map(|(i, _)| i)
+}
+
 /// One reading of the reference kernel: the median of `REFERENCE_REPS` timed runs, ms.
 fn time_reference(backend: &mut dyn Backend, tables: &[TableSpec], bags: &[Bags]) -> Result<f64> {
     let times = backend.compute(0, tables, bags.to_vec(), 0, Timing { warmup: 1, reps: REFERENCE_REPS })?;
@@ -628,6 +654,23 @@ mod tests {
         on.limits.max_drift = 1.15;
         let e = on.check_rounds("task 3", &rounds).unwrap_err().to_string();
         assert!(e.contains("task 3") && e.contains("round 1") && e.contains("round 3") && e.contains("1.20×"), "{e}");
+        assert_eq!(on.drifted(&rounds).map(|d| d.slow_round), Some(2));
+        assert_eq!(off.drifted(&rounds), None, "a guard that is off keeps every round");
+    }
+
+    #[test]
+    fn the_odd_round_is_the_one_farthest_from_most_rounds_speed() {
+        // Most rounds read about 30 ms; round 3 ran in a fast spell, 17 ms: it is taken again, not the slow
+        // ones, although it is the fastest.
+        let rounds = vec![vec![30.1, 29.8], vec![31.0], vec![], vec![17.1, 17.3], vec![29.5, 30.4]];
+        assert_eq!(odd_round(&rounds), Some(3));
+        // Once it reads like the others, the farthest is a slow one by a little.
+        let rounds = vec![vec![30.1, 29.8], vec![31.9], vec![], vec![29.9], vec![29.5, 30.4]];
+        assert_eq!(odd_round(&rounds), Some(1));
+        // Two rounds equally far from the others: the earlier one.
+        assert_eq!(odd_round(&[vec![20.0], vec![10.0], vec![20.0], vec![10.0]]), Some(1));
+        assert_eq!(odd_round(&[vec![10.0], vec![]]), None, "one round with readings has nothing to compare");
+        assert_eq!(odd_round(&[vec![10.0], vec![f64::NAN]]), None);
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //! * **The contention guard** (`guard.rs`) re-measures a set timed while something else ran; and with
 //!   three rounds or more, a round whose timing of a set is more than 25% over the set's median is taken
 //!   again (twice at most): the set and its lookups are the same every round, so such a round was
-//!   disturbed by something neither guard signal saw. All-to-alls are timed after the compute is final.
+//!   disturbed by something neither guard signal saw. A round the machine ran at another speed than most
+//!   (its median reference reading; [`odd_round`]) is taken again, as many times as there are rounds at
+//!   most, before the drift check refuses the measurement. All-to-alls are timed after the compute is
+//!   final.
 //!
 //! Procedure per plan and round (NeuroShard definition, SPEC section 1): the devices' fused sets (from
 //! the shared schedule); the backward all-to-all of the per-device dims (no delays); each device's
@@ -37,7 +40,7 @@ use planner_core::task::task_seed;
 use rand::{SeedableRng, rngs::ChaCha8Rng, seq::SliceRandom};
 
 use crate::backend::{Backend, Timing, check_fits, check_fp32};
-use crate::guard::Guard;
+use crate::guard::{Guard, odd_round};
 use crate::workload::{Bags, CommSample, WorkPiece};
 
 /// A round's timing of a set more than this over the set's median over rounds is taken again.
@@ -173,6 +176,30 @@ pub fn time_set(
     })
 }
 
+/// One round: every set timed once under the guard, in a new seeded order; the timings by set.
+/// `what(s)` names set `s` in the guard's messages; `progress` is called after each set.
+#[allow(clippy::too_many_arguments)] // what `time_set` needs, the order's seed, and the caller's naming and progress
+fn time_round(
+    backend: &mut dyn Backend,
+    guard: &mut Guard,
+    cache: &mut BagCache,
+    sets: &[Vec<WorkPiece>],
+    batch: u32,
+    timing: Timing,
+    rng: &mut ChaCha8Rng,
+    what: impl Fn(usize) -> String,
+    mut progress: impl FnMut(),
+) -> Result<Vec<SetTime>> {
+    let mut order: Vec<usize> = (0..sets.len()).collect();
+    order.shuffle(rng);
+    let mut times: Vec<Option<SetTime>> = vec![None; sets.len()];
+    for &s in &order {
+        times[s] = Some(time_set(backend, guard, cache, &sets[s], batch, timing, &what(s))?);
+        progress();
+    }
+    Ok(times.into_iter().flatten().collect())
+}
+
 /// The device sets of one plan: for every device, the pieces it holds (lookups seeded per table).
 fn device_sets(doc: &PlanDocument, plan: &Plan, seed: u64) -> Vec<Vec<WorkPiece>> {
     let task = &doc.task;
@@ -305,24 +332,44 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
     let mut cache = BagCache::default();
     let mut rng = ChaCha8Rng::seed_from_u64(task_seed(args.seed, 0x4A55));
     let total_sets = sets.len() * rounds;
-    let mut references = Vec::new();
     let mut done = 0usize;
     for round in 0..rounds {
         if round > 0 {
             backend.renew_memory();
         }
-        let mut order: Vec<usize> = (0..sets.len()).collect();
-        order.shuffle(&mut rng);
-        for &s in &order {
-            let what = format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
-            let t = time_set(backend, guard, &mut cache, &sets[s], args.batch_size, timing, &what)?;
-            references.extend(t.reference_ms);
-            set_times[s].push(t);
+        let what = |s: usize| format!("round {} of {rounds}, set {s} ({} pieces)", round + 1, sets[s].len());
+        let times = time_round(backend, guard, &mut cache, &sets, args.batch_size, timing, &mut rng, what, || {
             done += 1;
             if !quiet {
                 eprint!("\rmeasured {done}/{total_sets} set timings");
             }
+        })?;
+        for (s, t) in times.into_iter().enumerate() {
+            set_times[s].push(t);
         }
+    }
+    // A round the machine ran at another speed than most is taken again, as many times as there are
+    // rounds at most: a host that changes speed for minutes at a time (seen on shared cloud hosts: 1.6×,
+    // back and forth) then still gives rounds at one speed, which the drift check below passes.
+    let round_readings = |set_times: &[Vec<SetTime>]| -> Vec<Vec<f64>> {
+        (0..rounds).map(|r| set_times.iter().filter_map(|t| t[r].reference_ms).collect()).collect()
+    };
+    let mut retaken_rounds = 0usize;
+    while retaken_rounds < rounds && guard.drifted(&round_readings(&set_times)).is_some() {
+        let Some(r) = odd_round(&round_readings(&set_times)) else { break };
+        backend.renew_memory();
+        let what = |s: usize| {
+            format!(
+                "round {} of {rounds} again (the machine's speed drifted), set {s} ({} pieces)",
+                r + 1,
+                sets[s].len()
+            )
+        };
+        let times = time_round(backend, guard, &mut cache, &sets, args.batch_size, timing, &mut rng, what, || ())?;
+        for (s, t) in times.into_iter().enumerate() {
+            set_times[s][r] = t;
+        }
+        retaken_rounds += 1;
     }
     // A set's lookups are the same every round, so a round far above the set's median was disturbed
     // (a slow spell of a shared host lasts seconds, longer than the guard's reference reading may see):
@@ -344,12 +391,14 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         }
     }
     if !quiet {
-        eprintln!("\rmeasured {done}/{total_sets} set timings, {retimed} outlier timings taken again");
+        eprintln!(
+            "\rmeasured {done}/{total_sets} set timings, {retimed} outlier timings and {retaken_rounds} rounds taken again"
+        );
     }
     // Rounds taken at two speeds of the machine are refused, not recorded.
-    let round_readings: Vec<Vec<f64>> =
-        (0..rounds).map(|r| set_times.iter().filter_map(|t| t[r].reference_ms).collect()).collect();
-    guard.check_rounds(&format!("measure-plan of {} plans", docs.len()), &round_readings)?;
+    guard.check_rounds(&format!("measure-plan of {} plans", docs.len()), &round_readings(&set_times))?;
+    // The readings of the timings kept: a round taken again leaves its first readings out.
+    let references: Vec<f64> = set_times.iter().flatten().filter_map(|t| t.reference_ms).collect();
     // The all-to-alls of every round, once its compute is final (the forward's start delays come from it).
     let round_totals: Vec<Vec<f64>> =
         (0..rounds).map(|round| set_times.iter().map(|t| t[round].total_ms).collect()).collect();

@@ -261,6 +261,36 @@ fn small_plan(path: &Path, devices: &[usize], planner: &str) {
     std::fs::write(path, serde_json::to_string(&doc).unwrap()).unwrap();
 }
 
+/// A measurement whose rounds ran at different speeds takes the odd round again, as many times as there
+/// are rounds, before refusing it (here under a drift limit no two rounds' readings meet); nothing is
+/// written. Under an ordinary limit the same run is recorded with no round taken again.
+#[test]
+fn measure_plan_takes_a_drifted_round_again_before_refusing_it() {
+    let plan = tmp("drift-plan.json");
+    small_plan(&plan, &[0, 1, 0, 1], "first");
+    let out = tmp("drift-measured.json");
+    let _ = std::fs::remove_file(&out);
+    let run = |drift: &str| {
+        // The guard on, but blind to the tests and builds running beside this one: only the drift counts.
+        Command::new(BIN)
+            .args(["--guard-max-busy-pct", "100", "--guard-max-reference-ratio", "1000", "--guard-max-drift", drift])
+            .args(["measure-plan", plan.to_str().unwrap(), "--batch-size", "32", "--warmup", "0", "--reps", "2"])
+            .args(["--rounds", "2", "--no-flush", "--out", out.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let o = run("1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("0 outlier timings and 2 rounds taken again") && e.contains("drifted between rounds"), "{e}");
+    assert!(!out.exists());
+    let o = run("1000");
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("and 0 rounds taken again"), "{e}");
+    assert!(out.exists());
+}
+
 /// Two plans of one task measured together in three rounds: every plan gets its breakdown, a cost
 /// per round, and a device set the two plans share is timed once per round (4 distinct sets × 3).
 #[test]
