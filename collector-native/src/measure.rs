@@ -355,8 +355,22 @@ pub fn measure_plan(backend: &mut dyn Backend, guard: &mut Guard, args: &Measure
         (0..rounds).map(|r| set_times.iter().filter_map(|t| t[r].reference_ms).collect()).collect()
     };
     let mut retaken_rounds = 0usize;
-    while retaken_rounds < rounds && guard.drifted(&round_readings(&set_times)).is_some() {
-        let Some(r) = odd_round(&round_readings(&set_times)) else { break };
+    while retaken_rounds < rounds {
+        let readings = round_readings(&set_times);
+        let (Some(d), Some(r)) = (guard.drifted(&readings), odd_round(&readings)) else { break };
+        // Said under --quiet too, as the guard's waits are: it is not progress, and it costs a round.
+        eprintln!(
+            "contention guard: the rounds drifted (the reference kernel's median read {:.2} ms in round {} and {:.2} ms \
+             in round {}, {:.2}×, over --guard-max-drift): round {} of {rounds}, the farthest from most rounds' speed, \
+             is taken again (re-take {} of {rounds} at most)",
+            d.fast_ms,
+            d.fast_round + 1,
+            d.slow_ms,
+            d.slow_round + 1,
+            d.ratio,
+            r + 1,
+            retaken_rounds + 1
+        );
         backend.renew_memory();
         let what = |s: usize| {
             format!(

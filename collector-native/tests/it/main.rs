@@ -283,6 +283,7 @@ fn measure_plan_takes_a_drifted_round_again_before_refusing_it() {
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(e.contains("0 outlier timings and 2 rounds taken again") && e.contains("drifted between rounds"), "{e}");
+    assert!(e.contains("is taken again (re-take 1 of 2 at most)") && e.contains("(re-take 2 of 2 at most)"), "{e}");
     assert!(!out.exists());
     let o = run("1000");
     let e = stderr(&o);
