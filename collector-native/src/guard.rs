@@ -569,16 +569,21 @@ pub struct RoundDrift {
     pub slow_ms: f64,
 }
 
+/// Every round's median reading, by round (rounds without readings are left out); `None` with fewer than
+/// two rounds to compare or a reading that is not a positive time. What [`round_drift`] and
+/// [`odd_round`] compare.
+fn round_medians(round_readings: &[Vec<f64>]) -> Option<Vec<(usize, f64)>> {
+    let medians: Vec<(usize, f64)> =
+        round_readings.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, r)| (i, median(r))).collect();
+    (medians.len() >= 2 && medians.iter().all(|&(_, m)| m.is_finite() && m > 0.0)).then_some(medians)
+}
+
 /// The drift between the rounds of one measurement, from each round's reference readings (rounds
 /// without readings are left out); `None` with fewer than two rounds to compare or a reading that is not
 /// a positive time.
 #[must_use]
 pub fn round_drift(round_readings: &[Vec<f64>]) -> Option<RoundDrift> {
-    let medians: Vec<(usize, f64)> =
-        round_readings.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, r)| (i, median(r))).collect();
-    if medians.len() < 2 || medians.iter().any(|&(_, m)| !(m.is_finite() && m > 0.0)) {
-        return None;
-    }
+    let medians = round_medians(round_readings)?;
     let (fast_round, fast_ms) = *medians.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
     let (slow_round, slow_ms) = *medians.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
     Some(RoundDrift { ratio: slow_ms / fast_ms, fast_round, fast_ms, slow_round, slow_ms })
@@ -589,18 +594,16 @@ pub fn round_drift(round_readings: &[Vec<f64>]) -> Option<RoundDrift> {
 /// `None` where [`round_drift`] has nothing to compare.
 #[must_use]
 pub fn odd_round(round_readings: &[Vec<f64>]) -> Option<usize> {
-    round_drift(round_readings)?;
-    let medians: Vec<(usize, f64)> =
-        round_readings.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(i, r)| (i, median(r))).collect();
+    let medians = round_medians(round_readings)?;
     let centre = median(&medians.iter().map(|m| m.1).collect::<Vec<_>>());
-    let far = |m: f64| (m / centre).ln().abs();
-    medians
-        .iter()
-        .fold(None, |best: Option<(usize, f64)>, &(i, m)| match best {
-            Some((_, b)) if b >= far(m) => best,
-            _ => Some((i, far(m))),
-        })
-        .map(|(i, _)| i)
+    let mut odd: Option<(usize, f64)> = None;
+    for &(round, m) in &medians {
+        let far = (m / centre).ln().abs();
+        if odd.is_none_or(|(_, f)| far > f) {
+            odd = Some((round, far));
+        }
+    }
+    odd.map(|(round, _)| round)
 }
 
 /// One reading of the reference kernel: the median of `REFERENCE_REPS` timed runs, ms.
